@@ -1,0 +1,33 @@
+"""Shared test fixtures: golden-file discovery and small helpers."""
+
+import glob
+import os
+import pathlib
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def golden_dir() -> pathlib.Path:
+  """Directory of the golden vectors: $LASP_GOLDEN_DIR or ../shared/golden."""
+  return pathlib.Path(os.environ.get("LASP_GOLDEN_DIR", REPO.parent / "shared" / "golden"))
+
+
+def golden_files(family: str) -> list[str]:
+  """Every ``<family>_seed*.npz`` in the golden directory (fails if none)."""
+  files = sorted(glob.glob(str(golden_dir() / f"{family}_seed*.npz")))
+  if not files:
+    raise FileNotFoundError(f"no {family}_seed*.npz in {golden_dir()} (set LASP_GOLDEN_DIR)")
+  return files
+
+
+def golden_params(family: str):
+  """pytest parametrization over every seed file of a golden family."""
+  try:
+    files = golden_files(family)
+  except FileNotFoundError as e:  # Surface as a failing test, not a collection crash.
+    return pytest.mark.parametrize("golden", [pytest.param(None, marks=pytest.mark.xfail(reason=str(e), strict=True))])
+  return pytest.mark.parametrize("golden", [dict(np.load(f)) for f in files],
+                                 ids=[os.path.basename(f) for f in files])

@@ -1,0 +1,166 @@
+"""Flax (Linen) encoders and projection head of Co2L/LASP, PyTorch-equivalent init.
+
+Pooling and normalization are small modules of their own (not inline jnp calls) so
+that excitation backprop (``salience.py``) can intercept every layer by type.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from lasp_jax.losses import l2_normalize
+
+Dtype = Any
+
+# PyTorch defaults: Linear/Conv weights U(+-1/sqrt(fan_in)) (kaiming_uniform, a=sqrt 5),
+# ResNet convs kaiming_normal(fan_out, relu).
+torch_default_kernel_init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+resnet_conv_init = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+
+
+def torch_bias_init(fan_in: int):
+  """PyTorch's default bias init U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+  bound = 1.0 / jnp.sqrt(fan_in)
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+  return init
+
+
+def torch_dense(features: int, fan_in: int, name: str, dtype: Dtype = jnp.float32) -> nn.Dense:
+  return nn.Dense(features, kernel_init=torch_default_kernel_init, bias_init=torch_bias_init(fan_in),
+                  name=name, dtype=dtype)
+
+
+class GlobalAvgPool(nn.Module):
+  """Mean over the spatial axes of an NHWC map."""
+
+  @nn.compact
+  def __call__(self, x):
+    return jnp.mean(x, axis=(1, 2))
+
+
+class L2Normalize(nn.Module):
+  """Row L2 normalization of the embeddings."""
+
+  @nn.compact
+  def __call__(self, x):
+    return l2_normalize(x)
+
+
+def batch_norm(train: bool, name: str, dtype: Dtype) -> nn.BatchNorm:
+  # PyTorch momentum 0.1 == Flax momentum 0.9.
+  return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name, dtype=dtype)
+
+
+class BasicBlock(nn.Module):
+  """ResNet BasicBlock: conv3x3-BN-ReLU-conv3x3-BN plus (projection) shortcut, ReLU."""
+  features: int
+  strides: int = 1
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    conv = functools.partial(nn.Conv, use_bias=False, kernel_init=resnet_conv_init, dtype=self.dtype)
+    y = conv(self.features, (3, 3), self.strides, padding=1, name="conv1")(x)
+    y = nn.relu(batch_norm(train, "bn1", self.dtype)(y))
+    y = conv(self.features, (3, 3), 1, padding=1, name="conv2")(y)
+    y = batch_norm(train, "bn2", self.dtype)(y)
+    if self.strides != 1 or x.shape[-1] != self.features:
+      x = conv(self.features, (1, 1), self.strides, padding=0, name="shortcut_conv")(x)
+      x = batch_norm(train, "shortcut_bn", self.dtype)(x)
+    return nn.relu(y + x)
+
+
+class ResNet(nn.Module):
+  """ResNet with the CIFAR stem (3x3 stride-1 conv, no max-pool).
+
+  ``num_blocks=(2, 2, 2, 2)`` and ``widths=(64, 128, 256, 512)`` is ResNet-18.
+  """
+  num_blocks: Sequence[int] = (2, 2, 2, 2)
+  widths: Sequence[int] = (64, 128, 256, 512)
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = True):
+    x = nn.Conv(self.widths[0], (3, 3), 1, padding=1, use_bias=False, kernel_init=resnet_conv_init,
+                dtype=self.dtype, name="conv1")(x)
+    x = nn.relu(batch_norm(train, "bn1", self.dtype)(x))
+    for stage, (blocks, width) in enumerate(zip(self.num_blocks, self.widths)):
+      for b in range(blocks):
+        strides = 2 if (stage > 0 and b == 0) else 1
+        x = BasicBlock(width, strides, self.dtype, name=f"layer{stage + 1}_{b}")(x, train)
+    return GlobalAvgPool(name="pool")(x)
+
+
+class MnistNet(nn.Module):
+  """The R-MNIST encoder: conv5x5(20)-pool-conv5x5(50)-pool-fc(500), no BatchNorm."""
+  width: float = 1.0
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = True):
+    del train  # No BatchNorm or dropout.
+    c1, c2, f = (max(1, int(round(c * self.width))) for c in (20, 50, 500))
+    for name, ch in (("conv1", c1), ("conv2", c2)):
+      fan_in = x.shape[-1] * 25
+      x = nn.Conv(ch, (5, 5), padding="VALID", kernel_init=torch_default_kernel_init,
+                  bias_init=torch_bias_init(fan_in), dtype=self.dtype, name=name)(x)
+      x = nn.max_pool(nn.relu(x), (2, 2), (2, 2))
+    x = x.reshape(x.shape[0], -1)
+    return nn.relu(torch_dense(f, x.shape[-1], "fc", self.dtype)(x))
+
+
+class ProjectionHead(nn.Module):
+  """Linear-ReLU-Linear, then optional L2 normalization."""
+  hidden: int
+  embedding_dim: int
+  normalize: bool = True
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(torch_dense(self.hidden, x.shape[-1], "fc1", self.dtype)(x))
+    x = torch_dense(self.embedding_dim, self.hidden, "fc2", self.dtype)(x)
+    x = x.astype(jnp.float32)  # Loss reductions stay in float32 under bf16 compute.
+    return L2Normalize(name="normalize")(x) if self.normalize else x
+
+
+class ContrastiveModel(nn.Module):
+  """Encoder + projection head. Returns (representation, embedding)."""
+  encoder: nn.Module
+  head: ProjectionHead
+
+  def __call__(self, x, train: bool = True):
+    feats = self.encoder(x, train=train)
+    return feats, self.head(feats)
+
+  def encode(self, x, train: bool = False):
+    return self.encoder(x, train=train).astype(jnp.float32)
+
+
+def build_model(config) -> ContrastiveModel:
+  """Builds the model named by ``config.model`` (``resnet18`` or ``mnistnet``)."""
+  m = config.model
+  dtype = jnp.dtype(config.get("compute_dtype", "float32"))
+  if m.name == "resnet18":
+    widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))
+    encoder = ResNet(tuple(m.get("num_blocks", (2, 2, 2, 2))), widths, dtype=dtype)
+    feat_dim = widths[-1]
+  elif m.name == "mnistnet":
+    encoder = MnistNet(m.width, dtype=dtype)
+    feat_dim = max(1, int(round(500 * m.width)))
+  else:
+    raise ValueError(f"unknown model.name {m.name!r}; expected 'resnet18' or 'mnistnet'")
+  head = ProjectionHead(feat_dim, m.embedding_dim, m.normalize_embedding, dtype=dtype)
+  return ContrastiveModel(encoder, head)
+
+
+def feature_dim(model: ContrastiveModel) -> int:
+  return model.head.hidden

@@ -1,0 +1,1 @@
+"""Datasets, continual task streams, replay memory and on-device augmentation."""

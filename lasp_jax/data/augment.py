@@ -1,0 +1,221 @@
+"""Two-view SupCon augmentation in JAX: jitted, vmapped, per-sample randomness.
+
+Mirrors the torchvision pipelines of the published code (protocol section 1.1):
+RandomResizedCrop -> horizontal flip -> ColorJitter (random order, p) ->
+grayscale (p) -> Gaussian blur (p, Tiny-ImageNet) -> normalize; Rotated MNIST is
+a fixed task rotation (nearest, as PIL) then RandomResizedCrop. Images are float
+[0, 1] HWC inside; PIL's intermediate uint8 rounding is not reproduced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+
+GRAY = jnp.array([0.299, 0.587, 0.114])
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentConfig:
+  """Static description of one dataset's augmentation (hashable for jit)."""
+  size: int
+  crop_scale: Tuple[float, float] = (0.2, 1.0)
+  crop_ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+  flip: bool = True
+  jitter_p: float = 0.8
+  jitter: Tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)
+  grayscale_p: float = 0.2
+  blur_p: float = 0.0
+  blur_kernel: int = 7
+  blur_sigma: Tuple[float, float] = (0.1, 2.0)
+  rotate: bool = False
+  mean: Optional[Tuple[float, ...]] = None
+  std: Optional[Tuple[float, ...]] = None
+
+
+# ----------------------------------------------------------------------------- geometry
+
+def rrc_params(key, height: int, width: int, scale, ratio, attempts: int = 10):
+  """torchvision RandomResizedCrop.get_params: (top, left, h, w) as int32.
+
+  Ten candidate boxes are drawn at once and the first that fits is used; if
+  none fits, the centre crop with the ratio clamped, as torchvision does.
+  """
+  k_area, k_ratio, k_top, k_left = jax.random.split(key, 4)
+  area = height * width * jax.random.uniform(k_area, (attempts,), minval=scale[0], maxval=scale[1])
+  log_r = jax.random.uniform(k_ratio, (attempts,), minval=math.log(ratio[0]), maxval=math.log(ratio[1]))
+  aspect = jnp.exp(log_r)
+  w = jnp.round(jnp.sqrt(area * aspect)).astype(jnp.int32)
+  h = jnp.round(jnp.sqrt(area / aspect)).astype(jnp.int32)
+  ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+  first = jnp.argmax(ok)
+  in_ratio = width / height
+  if in_ratio < ratio[0]:
+    fw, fh = width, int(round(width / ratio[0]))
+  elif in_ratio > ratio[1]:
+    fw, fh = int(round(height * ratio[1])), height
+  else:
+    fw, fh = width, height
+  found = jnp.any(ok)
+  h = jnp.where(found, h[first], fh)
+  w = jnp.where(found, w[first], fw)
+  top = jnp.where(found, jax.random.randint(k_top, (), 0, height - h + 1), (height - fh) // 2)
+  left = jnp.where(found, jax.random.randint(k_left, (), 0, width - w + 1), (width - fw) // 2)
+  return top, left, h, w
+
+
+def resized_crop(img, top, left, h, w, size: int):
+  """Bilinear, antialiased resize of the box [top, top+h) x [left, left+w) to size x size."""
+  sy, sx = size / h.astype(jnp.float32), size / w.astype(jnp.float32)
+  return jax.image.scale_and_translate(
+      img, (size, size, img.shape[-1]), (0, 1), jnp.stack([sy, sx]),
+      jnp.stack([-top * sy, -left * sx]), method="linear", antialias=True)
+
+
+def rotate(img, angle_deg):
+  """PIL ``Image.rotate(angle)`` (counter-clockwise, nearest, fill 0, same size)."""
+  h, w = img.shape[:2]
+  phi = -jnp.deg2rad(angle_deg)
+  c, s = jnp.cos(phi), jnp.sin(phi)
+  y, x = jnp.meshgrid(jnp.arange(h) + 0.5 - h / 2, jnp.arange(w) + 0.5 - w / 2, indexing="ij")
+  src_x = jnp.floor(c * x + s * y + w / 2).astype(jnp.int32)
+  src_y = jnp.floor(-s * x + c * y + h / 2).astype(jnp.int32)
+  inside = (src_x >= 0) & (src_x < w) & (src_y >= 0) & (src_y < h)
+  out = img[jnp.clip(src_y, 0, h - 1), jnp.clip(src_x, 0, w - 1)]
+  return jnp.where(inside[..., None], out, 0)
+
+
+# ----------------------------------------------------------------------------- colour
+
+def grayscale(img):
+  return jnp.broadcast_to((img @ GRAY)[..., None], img.shape)
+
+
+def adjust_brightness(img, f):
+  return jnp.clip(img * f, 0, 1)
+
+
+def adjust_contrast(img, f):
+  return jnp.clip(f * img + (1 - f) * jnp.mean(img @ GRAY), 0, 1)
+
+
+def adjust_saturation(img, f):
+  return jnp.clip(f * img + (1 - f) * grayscale(img), 0, 1)
+
+
+def rgb_to_hsv(img):
+  r, g, b = img[..., 0], img[..., 1], img[..., 2]
+  maxc, minc = jnp.max(img, -1), jnp.min(img, -1)
+  v, delta = maxc, maxc - minc
+  s = jnp.where(maxc > 0, delta / jnp.where(maxc > 0, maxc, 1), 0)
+  d = jnp.where(delta > 0, delta, 1)
+  rc, gc, bc = (maxc - r) / d, (maxc - g) / d, (maxc - b) / d
+  h = jnp.where(maxc == r, bc - gc, jnp.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
+  h = jnp.where(delta > 0, (h / 6.0) % 1.0, 0.0)
+  return jnp.stack([h, s, v], -1)
+
+
+def hsv_to_rgb(hsv):
+  h, s, v = hsv[..., 0], hsv[..., 1], hsv[..., 2]
+  i = jnp.floor(h * 6.0)
+  f = h * 6.0 - i
+  p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
+  i = i.astype(jnp.int32) % 6
+  choices = [jnp.stack(c, -1) for c in ((v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q))]
+  return jnp.select([(i == k)[..., None] for k in range(6)], choices)
+
+
+def adjust_hue(img, shift):
+  hsv = rgb_to_hsv(img)
+  return hsv_to_rgb(hsv.at[..., 0].set((hsv[..., 0] + shift) % 1.0))
+
+
+def color_jitter(key, img, strength):
+  """torchvision ColorJitter: the four adjustments in a random order."""
+  b, c, s, h = strength
+  k_order, k_b, k_c, k_s, k_h = jax.random.split(key, 5)
+  fb = jax.random.uniform(k_b, minval=max(0.0, 1 - b), maxval=1 + b)
+  fc = jax.random.uniform(k_c, minval=max(0.0, 1 - c), maxval=1 + c)
+  fs = jax.random.uniform(k_s, minval=max(0.0, 1 - s), maxval=1 + s)
+  fh = jax.random.uniform(k_h, minval=-h, maxval=h)
+  ops = [lambda x: adjust_brightness(x, fb), lambda x: adjust_contrast(x, fc),
+         lambda x: adjust_saturation(x, fs), lambda x: adjust_hue(x, fh)]
+  for i in jax.random.permutation(k_order, 4):
+    img = jax.lax.switch(i, ops, img)
+  return img
+
+
+# ----------------------------------------------------------------------------- blur
+
+def gaussian_kernel1d(size: int, sigma):
+  x = jnp.arange(size) - (size - 1) / 2
+  k = jnp.exp(-0.5 * jnp.square(x / sigma))
+  return k / jnp.sum(k)
+
+
+def gaussian_blur(img, sigma, size: int = 7):
+  """Separable Gaussian blur with reflect padding (torchvision GaussianBlur)."""
+  k = gaussian_kernel1d(size, sigma)
+  r = size // 2
+  x = jnp.pad(img, ((r, r), (r, r), (0, 0)), mode="reflect")
+  h, w = img.shape[:2]
+  x = sum(k[i] * x[i:i + h] for i in range(size))
+  return sum(k[i] * x[:, i:i + w] for i in range(size))
+
+
+# ----------------------------------------------------------------------------- pipelines
+
+def normalize(img, cfg: AugmentConfig):
+  if cfg.mean is None:
+    return img
+  return (img - jnp.asarray(cfg.mean)) / jnp.asarray(cfg.std)
+
+
+def to_float(images_u8):
+  return images_u8.astype(jnp.float32) / 255.0
+
+
+def augment_one(key, img, angle, cfg: AugmentConfig):
+  """One random view of one float image."""
+  keys = jax.random.split(key, 7)
+  if cfg.rotate:
+    img = rotate(img, angle)
+  top, left, h, w = rrc_params(keys[0], img.shape[0], img.shape[1], cfg.crop_scale, cfg.crop_ratio)
+  img = resized_crop(img, top, left, h, w, cfg.size)
+  if cfg.flip:
+    img = jnp.where(jax.random.bernoulli(keys[1]), img[:, ::-1], img)
+  if cfg.jitter_p > 0 and img.shape[-1] == 3:
+    img = jnp.where(jax.random.bernoulli(keys[2], cfg.jitter_p), color_jitter(keys[3], img, cfg.jitter), img)
+  if cfg.grayscale_p > 0 and img.shape[-1] == 3:
+    img = jnp.where(jax.random.bernoulli(keys[4], cfg.grayscale_p), grayscale(img), img)
+  if cfg.blur_p > 0:
+    sigma = jax.random.uniform(keys[5], minval=cfg.blur_sigma[0], maxval=cfg.blur_sigma[1])
+    img = jnp.where(jax.random.bernoulli(keys[6], cfg.blur_p), gaussian_blur(img, sigma, cfg.blur_kernel), img)
+  return normalize(img, cfg)
+
+
+def two_views(key, images_u8, angles, cfg: AugmentConfig):
+  """(2B, S, S, C) float views, view-major, of a uint8 batch (B, H, W, C)."""
+  b = images_u8.shape[0]
+  keys = jax.random.split(key, 2 * b).reshape(2, b, -1)
+  imgs = to_float(images_u8)
+  one_view = jax.vmap(lambda k, x, a: augment_one(k, x, a, cfg))
+  return jnp.concatenate([one_view(keys[0], imgs, angles), one_view(keys[1], imgs, angles)])
+
+
+def one_view(key, images_u8, angles, cfg: AugmentConfig):
+  """(B, S, S, C): a single random view per image (linear-probe training)."""
+  keys = jax.random.split(key, images_u8.shape[0])
+  return jax.vmap(lambda k, x, a: augment_one(k, x, a, cfg))(keys, to_float(images_u8), angles)
+
+
+def test_transform(images_u8, angles, cfg: AugmentConfig):
+  """Evaluation preprocessing: task rotation (if any), scaling, normalization."""
+  imgs = to_float(images_u8)
+  if cfg.rotate:
+    imgs = jax.vmap(rotate)(imgs, angles)
+  return normalize(imgs, cfg)

@@ -66,15 +66,15 @@ class BasicBlock(nn.Module):
   dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x, train: bool):
+  def __call__(self, x, train: bool, mask=None):
     conv = functools.partial(nn.Conv, use_bias=False, kernel_init=resnet_conv_init, dtype=self.dtype)
     y = conv(self.features, (3, 3), self.strides, padding=1, name="conv1")(x)
-    y = nn.relu(batch_norm(train, "bn1", self.dtype)(y))
+    y = nn.relu(batch_norm(train, "bn1", self.dtype)(y, mask=mask))
     y = conv(self.features, (3, 3), 1, padding=1, name="conv2")(y)
-    y = batch_norm(train, "bn2", self.dtype)(y)
+    y = batch_norm(train, "bn2", self.dtype)(y, mask=mask)
     if self.strides != 1 or x.shape[-1] != self.features:
       x = conv(self.features, (1, 1), self.strides, padding=0, name="shortcut_conv")(x)
-      x = batch_norm(train, "shortcut_bn", self.dtype)(x)
+      x = batch_norm(train, "shortcut_bn", self.dtype)(x, mask=mask)
     return nn.relu(y + x)
 
 
@@ -88,14 +88,16 @@ class ResNet(nn.Module):
   dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x, train: bool = True):
+  def __call__(self, x, train: bool = True, mask=None):
+    """``mask`` (N,) bool: rows that enter the BatchNorm statistics (padding excluded)."""
+    mask = None if mask is None else mask[:, None, None, None]
     x = nn.Conv(self.widths[0], (3, 3), 1, padding=1, use_bias=False, kernel_init=resnet_conv_init,
                 dtype=self.dtype, name="conv1")(x)
-    x = nn.relu(batch_norm(train, "bn1", self.dtype)(x))
+    x = nn.relu(batch_norm(train, "bn1", self.dtype)(x, mask=mask))
     for stage, (blocks, width) in enumerate(zip(self.num_blocks, self.widths)):
       for b in range(blocks):
         strides = 2 if (stage > 0 and b == 0) else 1
-        x = BasicBlock(width, strides, self.dtype, name=f"layer{stage + 1}_{b}")(x, train)
+        x = BasicBlock(width, strides, self.dtype, name=f"layer{stage + 1}_{b}")(x, train, mask)
     return GlobalAvgPool(name="pool")(x)
 
 
@@ -105,8 +107,8 @@ class MnistNet(nn.Module):
   dtype: Dtype = jnp.float32
 
   @nn.compact
-  def __call__(self, x, train: bool = True):
-    del train  # No BatchNorm or dropout.
+  def __call__(self, x, train: bool = True, mask=None):
+    del train, mask  # No BatchNorm or dropout.
     c1, c2, f = (max(1, int(round(c * self.width))) for c in (20, 50, 500))
     for name, ch in (("conv1", c1), ("conv2", c2)):
       fan_in = x.shape[-1] * 25
@@ -137,8 +139,8 @@ class ContrastiveModel(nn.Module):
   encoder: nn.Module
   head: ProjectionHead
 
-  def __call__(self, x, train: bool = True):
-    feats = self.encoder(x, train=train)
+  def __call__(self, x, train: bool = True, mask=None):
+    feats = self.encoder(x, train=train, mask=mask)
     return feats, self.head(feats)
 
   def encode(self, x, train: bool = False):

@@ -17,7 +17,7 @@ def _head_params(g):
 
 class _Identity(models.nn.Module):
   @models.nn.compact
-  def __call__(self, x, train=False):
+  def __call__(self, x, train=False, mask=None):
     return x
 
 

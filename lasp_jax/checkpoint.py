@@ -1,0 +1,80 @@
+"""Orbax checkpoints of the whole run, and atomic JSON files.
+
+A checkpoint holds the device pytrees (train state with optimizer, momentum and
+GM salience; the frozen past model) through ``StandardSave`` and the host-side
+progress (task, epoch, position in the epoch, memory, mask, accuracy rows,
+boundary records) through ``JsonSave``. Orbax writes into a temporary folder
+and renames it, so a checkpoint is complete or absent. Non-finite values are
+refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tempfile
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from lasp_jax.errors import TrainingError
+
+
+def write_json_atomic(path, obj) -> None:
+  """Writes JSON to a temporary file in the same folder, then renames it."""
+  path = pathlib.Path(path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w") as f:
+      json.dump(obj, f, indent=1, sort_keys=False)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def write_text_atomic(path, text: str) -> None:
+  path = pathlib.Path(path)
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(text)
+  os.replace(tmp, path)
+
+
+def all_finite(tree) -> bool:
+  return all(bool(np.all(np.isfinite(np.asarray(l)))) for l in jax.tree.leaves(tree)
+             if np.issubdtype(np.asarray(l).dtype, np.floating))
+
+
+class Checkpointer:
+  """Saves and restores run checkpoints under ``workdir/checkpoints``."""
+
+  def __init__(self, workdir, max_to_keep: int = 2):
+    self.path = pathlib.Path(workdir).absolute() / "checkpoints"
+    self.manager = ocp.CheckpointManager(
+        self.path, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+
+  def latest(self):
+    return self.manager.latest_step()
+
+  def save(self, trees, meta: dict) -> int:
+    if not all_finite(trees):
+      raise TrainingError("refusing to write a checkpoint with non-finite values")
+    step = (self.latest() or 0) + 1
+    self.manager.save(step, args=ocp.args.Composite(trees=ocp.args.StandardSave(trees),
+                                                   meta=ocp.args.JsonSave(meta)))
+    self.manager.wait_until_finished()
+    return step
+
+  def restore(self, abstract_trees):
+    step = self.latest()
+    out = self.manager.restore(step, args=ocp.args.Composite(trees=ocp.args.StandardRestore(abstract_trees),
+                                                            meta=ocp.args.JsonRestore()))
+    return out["trees"], out["meta"]
+
+  def close(self):
+    self.manager.close()

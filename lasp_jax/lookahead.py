@@ -1,0 +1,102 @@
+"""Work done at a task boundary t >= 1 before training on task t (LASP).
+
+The look-ahead data D_SRS is drawn, embedded by the model as it ended task t-1
+(eval mode), the salient subset is searched (SD, GM), and for GM the
+excitation-backprop parameter salience is computed on the same images.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lasp_jax import mask_search, salience
+from lasp_jax.modulation import is_weight_path
+from lasp_jax.data import augment
+from lasp_jax.steps import Batch, DeviceData, LossConfig, contrastive_labels
+
+SRS_DATA = ("onlycurrent", "onlypast", "combined")
+
+
+class BoundaryResult(NamedTuple):
+  mask: np.ndarray            # (D,) bool
+  top_salience: np.ndarray    # (D,)
+  gamma: object               # params-shaped salience, or None
+  info: dict                  # what results.json records
+
+
+def lookahead_rows(pool: Batch, memory_pool: Batch, srs_data: str, batch_size: int,
+                   rng: np.random.Generator) -> Batch:
+  """Sample rows of D_SRS with fixed shapes (padding marked invalid).
+
+  ``onlycurrent``: one shuffled batch of (task data + memory), keeping the
+  current-task samples. ``onlypast``: one shuffled batch of the memory.
+  ``combined``: both.
+  """
+  def take(p: Batch, keep_current_only: bool) -> Batch:
+    n = len(p.index)
+    pick = rng.permutation(n)[:batch_size]
+    out = [np.zeros(batch_size, np.asarray(f).dtype) for f in p]
+    for dst, src in zip(out, p):
+      dst[:len(pick)] = np.asarray(src)[pick]
+    valid = np.zeros(batch_size, bool)
+    valid[:len(pick)] = True
+    if keep_current_only:
+      valid &= out[2].astype(bool)
+    out[3] = valid
+    return Batch(*out)
+
+  parts = {"onlycurrent": [take(pool, True)], "onlypast": [take(memory_pool, False)],
+           "combined": [take(pool, True), take(memory_pool, False)]}[srs_data]
+  return Batch(*[np.concatenate(f) for f in zip(*parts)])
+
+
+@functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "loss_cfg"))
+def _embed(variables, data: DeviceData, rows: Batch, key, *, model, aug_cfg, loss_cfg):
+  """Two eval-mode embedded views of the look-ahead rows, with labels and validity."""
+  views = augment.two_views(key, data.images[rows.index], data.angles[rows.domain], aug_cfg)
+  _, z = model.apply(variables, views, train=False)
+  labels = contrastive_labels(data.labels[rows.index], rows.domain, loss_cfg)
+  return views, z, jnp.concatenate([labels, labels]), jnp.concatenate([rows.valid, rows.valid])
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _salience(variables, views, p_top, *, model):
+  return salience.excitation_backprop(model, variables, views, p_top)
+
+
+def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, loss_cfg: LossConfig,
+             lasp_cfg, num_classes: int, need_gamma: bool) -> BoundaryResult:
+  """Mask search (and EB salience if ``need_gamma``) on the look-ahead rows."""
+  k_aug, k_search = jax.random.split(key)
+  t0 = time.perf_counter()
+  views, z, labels, valid = _embed(variables, data, rows, k_aug, model=model, aug_cfg=aug_cfg, loss_cfg=loss_cfg)
+  res = mask_search.search(k_search, z, labels, valid, num_classes=num_classes, restarts=lasp_cfg.restarts,
+                           lam=lasp_cfg.l1, lr=lasp_cfg.lr, steps=lasp_cfg.steps,
+                           objective_kind=lasp_cfg.mask_objective, selection=lasp_cfg.restart_selection)
+  mask = np.asarray(res.mask)
+  t1 = time.perf_counter()
+  gamma, frac_frozen, t2 = None, None, t1
+  if need_gamma:
+    p_top = jnp.where(valid[:, None], res.top_salience[None, :], 0.0)
+    gamma, _ = _salience(variables, views, p_top, model=model)
+    frac_frozen = weight_fraction_frozen(gamma)
+    t2 = time.perf_counter()
+  info = {"selected_dims": int(mask.sum()), "selected": np.flatnonzero(mask).tolist(),
+          "sd_fallback_to_full_ird": bool(mask.sum() <= 1), "chosen_restart": int(res.chosen),
+          "chosen_accuracy": float(res.accuracy), "lookahead_rows": int(np.asarray(valid).sum()),
+          "frac_weights_gamma_ge_1": frac_frozen, "search_s": round(t1 - t0, 4),
+          "eb_s": round(t2 - t1, 4) if need_gamma else None}
+  return BoundaryResult(mask, np.asarray(res.top_salience), gamma, info)
+
+
+def weight_fraction_frozen(gamma) -> float:
+  """Fraction of modulated weights with gamma >= 1 (fully frozen by GM)."""
+  leaves = [l for p, l in jax.tree_util.tree_leaves_with_path(gamma) if is_weight_path(p)]
+  total = sum(l.size for l in leaves)
+  return float(sum(jnp.sum(l >= 1) for l in leaves) / max(total, 1))

@@ -1,0 +1,61 @@
+"""Continual-learning summary metrics over the accuracy matrix.
+
+``A[t][j]`` is the accuracy (percent) on task j's test set after training task t;
+entries with j > t are not measured (NaN). With T the last evaluated row:
+
+* average accuracy  = mean_{j <= T} A[T][j]
+* forgetting        = mean_{j < T} ( max_{t in [j, T-1]} A[t][j] - A[T][j] )
+* backward transfer = mean_{j < T} ( A[T][j] - A[j][j] )
+
+Forgetting and BWT need every row; with a last-task-only evaluation they are None.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _rows_complete(a: np.ndarray) -> bool:
+  return all(np.all(np.isfinite(a[t, :t + 1])) for t in range(a.shape[0]))
+
+
+def average_accuracy(a: np.ndarray) -> float:
+  last = a[-1]
+  return float(np.nanmean(last))
+
+
+def forgetting(a: np.ndarray):
+  a = np.asarray(a, float)
+  t = a.shape[0] - 1
+  if t == 0 or not _rows_complete(a):
+    return None
+  return float(np.mean([np.max(a[j:t, j]) - a[t, j] for j in range(t)]))
+
+
+def backward_transfer(a: np.ndarray):
+  a = np.asarray(a, float)
+  t = a.shape[0] - 1
+  if t == 0 or not _rows_complete(a):
+    return None
+  return float(np.mean([a[t, j] - a[j, j] for j in range(t)]))
+
+
+def to_json_matrix(a: np.ndarray):
+  """NaN -> None so the matrix is valid JSON."""
+  return [[None if not math.isfinite(v) else round(float(v), 4) for v in row] for row in np.asarray(a, float)]
+
+
+def from_json_matrix(rows) -> np.ndarray:
+  return np.array([[np.nan if v is None else v for v in row] for row in rows], float)
+
+
+def format_matrix(name: str, a: np.ndarray) -> str:
+  """A compact text table of the accuracy matrix."""
+  a = np.asarray(a, float)
+  head = f"{name:>10} " + " ".join(f"T{j:<5d}" for j in range(a.shape[1]))
+  lines = [head]
+  for t, row in enumerate(a):
+    lines.append(f"{'after T' + str(t):>10} " + " ".join("  -   " if not np.isfinite(v) else f"{v:6.2f}" for v in row))
+  return "\n".join(lines)

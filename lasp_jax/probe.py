@@ -1,0 +1,184 @@
+"""Linear-probe evaluation (protocol section 7), compiled end to end.
+
+A linear classifier on the frozen encoder's (eval-mode, unnormalized) features,
+trained with class- (or domain-) balanced sampling with replacement, SGD momentum
+0.9, step decay x0.2 at 60/75/90% of the epochs; tested after every epoch.
+
+Cost: with ``augment=True`` (faithful) every epoch re-augments one view per
+sampled image and re-runs the encoder forward (no backward); all epochs run in
+one ``lax.scan`` inside one jit. With ``augment=False`` the features are
+extracted once and the 100 epochs cost almost nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lasp_jax import models
+from lasp_jax.data import augment
+from lasp_jax.train_state import with_learning_rate
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeConfig:
+  epochs: int = 100
+  lr: float = 1.0
+  batch_size: int = 256
+  milestones: Tuple[float, ...] = (0.6, 0.75, 0.9)  # fractions of the epochs
+  decay: float = 0.2
+  momentum: float = 0.9
+  augment: bool = True
+  select_best_on_test: bool = False
+
+
+class ProbeData(NamedTuple):
+  """Probe inputs (device arrays), padded to fixed sizes so no task recompiles.
+
+  Train rows index into the stream's train set; padding rows have weight 0.
+  Test padding rows have ``test_task == num_tasks`` (outside every segment).
+  """
+  train_index: jax.Array   # (N,) into DeviceData.images
+  train_domain: jax.Array  # (N,)
+  train_label: jax.Array   # (N,) class to predict
+  train_weight: jax.Array  # (N,) sampling weight (balanced)
+  test_feats: jax.Array    # (Nt, F)
+  test_label: jax.Array    # (Nt,)
+  test_task: jax.Array     # (Nt,) task whose accuracy the sample counts for
+
+
+class ProbeResult(NamedTuple):
+  per_task: dict      # metric -> (num_tasks,) accuracies in percent (NaN for unseen)
+  overall: dict       # metric -> accuracy over all test samples, percent
+  epoch: dict         # metric -> epoch the numbers come from
+
+
+def encode(model, variables, images):
+  return model.apply(variables, images, train=False, method=models.ContrastiveModel.encode)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "aug_cfg"))
+def _features(variables, images, angles, *, model, aug_cfg):
+  return encode(model, variables, augment.test_transform(images, angles, aug_cfg))
+
+
+def extract_features(model, variables, data, index, domain, aug_cfg, batch_size: int = 500):
+  """Eval-mode features of ``data.images[index]`` without augmentation, batched."""
+  n = len(index)
+  pad = (-n) % batch_size
+  index = jnp.asarray(np.concatenate([np.asarray(index), np.zeros(pad, np.int64)]), jnp.int32)
+  domain = jnp.asarray(np.concatenate([np.asarray(domain), np.zeros(pad, np.int64)]), jnp.int32)
+  out = [_features(variables, data.images[index[i:i + batch_size]], data.angles[domain[i:i + batch_size]],
+                   model=model, aug_cfg=aug_cfg) for i in range(0, len(index), batch_size)]
+  return jnp.concatenate(out)[:n]
+
+
+class Linear(nn.Module):
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    return models.torch_dense(self.num_classes, x.shape[-1], "fc")(x)
+
+
+def _lr_per_epoch(cfg: ProbeConfig):
+  marks = [int(round(m * cfg.epochs)) for m in cfg.milestones]
+  return np.array([cfg.lr * cfg.decay ** sum(e >= m for m in marks) for e in range(cfg.epochs)], np.float32)
+
+
+def _accuracies(logits, labels, tasks, num_tasks, classes_per_task, scenario):
+  """Per-task and overall accuracy for each metric of the scenario."""
+  out = {}
+  metrics = {"domain_il": None} if scenario == "domain" else {"class_il": None, "task_il": None}
+  for name in metrics:
+    masked = logits
+    if name == "task_il":
+      block = labels // classes_per_task
+      cls_block = jnp.arange(logits.shape[-1]) // classes_per_task
+      masked = jnp.where(cls_block[None, :] == block[:, None], logits, -jnp.inf)
+    correct = (jnp.argmax(masked, -1) == labels).astype(jnp.float32)
+    real = (tasks < num_tasks).astype(jnp.float32)
+    count = jax.ops.segment_sum(real, tasks, num_tasks)
+    per_task = jax.ops.segment_sum(correct * real, tasks, num_tasks) / jnp.where(count > 0, count, jnp.nan)
+    out[name] = (100 * per_task, 100 * jnp.sum(correct * real) / jnp.sum(real))
+  return out
+
+
+@functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "cfg", "num_classes", "num_tasks",
+                                             "classes_per_task", "scenario"))
+def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, *, model, aug_cfg,
+                 cfg: ProbeConfig, num_classes, num_tasks, classes_per_task, scenario):
+  clf = Linear(num_classes)
+  n_rows = pd.train_index.shape[0]
+  n = jnp.sum(pd.train_weight > 0)  # one epoch = as many draws as real samples
+  steps = -(-n_rows // cfg.batch_size)
+  k_init, k_run = jax.random.split(key)
+  params = clf.init(k_init, jnp.zeros((1, pd.test_feats.shape[-1])))
+  tx = optax.inject_hyperparams(optax.sgd)(learning_rate=cfg.lr, momentum=cfg.momentum)
+  opt_state = tx.init(params)
+  probs = pd.train_weight / jnp.sum(pd.train_weight)
+
+  def features(rows, key):
+    if not cfg.augment:
+      return train_feats[rows]
+    x = augment.one_view(key, images[pd.train_index[rows]], angles[pd.train_domain[rows]], aug_cfg)
+    return encode(model, variables, x)
+
+  def step(carry, inputs):
+    params, opt_state = carry
+    rows, valid, key = inputs
+    feats = jax.lax.stop_gradient(features(rows, key))
+    labels = pd.train_label[rows]
+
+    def loss_fn(p):
+      ce = optax.softmax_cross_entropy_with_integer_labels(clf.apply(p, feats), labels)
+      return jnp.sum(jnp.where(valid, ce, 0)) / jnp.maximum(jnp.sum(valid), 1)
+
+    grads = jax.grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), None
+
+  def epoch(carry, inputs):
+    params, opt_state = carry
+    lr, key = inputs
+    k_sample, k_aug = jax.random.split(key)
+    sample = jax.random.choice(k_sample, n_rows, (steps * cfg.batch_size,), p=probs)
+    valid = jnp.arange(steps * cfg.batch_size) < n
+    opt_state = with_learning_rate(opt_state, lr)
+    (params, opt_state), _ = jax.lax.scan(
+        step, (params, opt_state),
+        (sample.reshape(steps, -1), valid.reshape(steps, -1), jax.random.split(k_aug, steps)))
+    logits = clf.apply(params, pd.test_feats)
+    acc = _accuracies(logits, pd.test_label, pd.test_task, num_tasks, classes_per_task, scenario)
+    return (params, opt_state), acc
+
+  lrs = jnp.asarray(_lr_per_epoch(cfg))
+  _, accs = jax.lax.scan(epoch, (params, opt_state), (lrs, jax.random.split(k_run, cfg.epochs)))
+  return accs
+
+
+def run_probe(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: ProbeConfig, num_classes: int,
+              num_tasks: int, classes_per_task: int, scenario: str) -> ProbeResult:
+  """Trains the probe and returns the last-epoch (or best-on-test) accuracies."""
+  train_feats = None
+  if not cfg.augment:
+    train_feats = extract_features(model, variables, data, np.asarray(pd.train_index),
+                                   np.asarray(pd.train_domain), aug_cfg)
+  accs = _train_probe(key, variables, data.images, data.angles, pd, train_feats, model=model, aug_cfg=aug_cfg,
+                      cfg=cfg, num_classes=num_classes, num_tasks=num_tasks, classes_per_task=classes_per_task,
+                      scenario=scenario)
+  per_task, overall, epochs = {}, {}, {}
+  for name, (task_acc, all_acc) in accs.items():
+    all_acc = np.asarray(all_acc)
+    e = int(np.argmax(all_acc)) if cfg.select_best_on_test else cfg.epochs - 1
+    per_task[name] = np.asarray(task_acc)[e]
+    overall[name] = float(all_acc[e])
+    epochs[name] = e
+  return ProbeResult(per_task, overall, epochs)

@@ -1,0 +1,136 @@
+"""The compiled contrastive train step, scanned over a fixed number of steps.
+
+One step = gather the batch from the device-resident uint8 training set, augment
+two views, forward the current (and frozen past) model, SupCon + lambda * (S)IRD,
+gradients, optimizer update (GM inside the optimizer). Shapes never change: the
+short last batch of an epoch is padded with a validity mask that the losses and
+BatchNorm respect, and a fully padded step leaves the state untouched. The same
+function runs on one device or with its batch sharded over a ("data",) mesh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lasp_jax import losses
+from lasp_jax.data import augment
+from lasp_jax.train_state import TrainState, with_learning_rate
+
+
+class DeviceData(NamedTuple):
+  """The training set, resident on the device(s)."""
+  images: jax.Array   # (N, H, W, C) uint8
+  labels: jax.Array   # (N,) int32
+  angles: jax.Array   # (num_tasks,) float32 degrees, indexed by a sample's domain
+
+
+class Batch(NamedTuple):
+  """Per-sample indices of one step (all (B,)); or (S, B) for a chunk of steps."""
+  index: Any
+  domain: Any
+  is_current: Any
+  valid: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """Static settings of the step (hashable)."""
+  temperature: float
+  base_temperature: float
+  temp_cur: float
+  temp_past: float
+  ird_weight: float
+  selective: bool          # SD: IRD on the salient subset
+  past_bn: str             # "batch" (train-mode stats) or "running" (eval mode)
+  domain_classes: int      # >0: SupCon label = label + domain_classes * domain
+
+
+class PastModel(NamedTuple):
+  params: Any
+  batch_stats: Any
+
+
+def contrastive_labels(labels, domain, cfg: LossConfig):
+  return labels + cfg.domain_classes * domain if cfg.domain_classes else labels
+
+
+def _forward(model, variables, x, train: bool, mask):
+  if train:
+    (_, z), updates = model.apply(variables, x, train=True, mask=mask, mutable=["batch_stats"])
+    return z, updates.get("batch_stats", {})
+  _, z = model.apply(variables, x, train=False)
+  return z, variables.get("batch_stats", {})
+
+
+def _losses(params, state, past, dim_mask, views, labels, batch, model, cfg: LossConfig):
+  row_valid = jnp.concatenate([batch.valid, batch.valid])
+  z, new_stats = _forward(model, {"params": params, "batch_stats": state.batch_stats}, views, True, row_valid)
+  supcon = losses.supcon_loss(features=z, labels=labels, is_current=batch.is_current, valid=batch.valid,
+                              temperature=cfg.temperature, base_temperature=cfg.base_temperature)
+  if past is None:
+    ird = jnp.zeros((), jnp.float32)
+  else:
+    z_past, _ = _forward(model, past._asdict(), views, cfg.past_bn == "batch", row_valid)
+    kw = dict(z_cur=z, z_past=jax.lax.stop_gradient(z_past), temp_cur=cfg.temp_cur, temp_past=cfg.temp_past,
+              valid=batch.valid)
+    ird = losses.selective_ird_loss(dim_mask=dim_mask, **kw) if cfg.selective else losses.ird_loss(**kw)
+  total = supcon + cfg.ird_weight * ird
+  return total, (supcon, ird, new_stats)
+
+
+def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: DeviceData, batch: Batch, lr,
+               *, model, tx, aug_cfg, cfg: LossConfig):
+  """One SGD step; returns the new state and (loss, supcon, ird, num_valid)."""
+  key = jax.random.fold_in(state.rng, state.step)
+  views = augment.two_views(key, data.images[batch.index], data.angles[batch.domain], aug_cfg)
+  labels = contrastive_labels(data.labels[batch.index], batch.domain, cfg)
+  grad_fn = jax.value_and_grad(_losses, has_aux=True)
+  (loss, (supcon, ird, new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels, batch,
+                                                    model, cfg)
+  opt_state = with_learning_rate(state.opt_state, lr)
+  updates, opt_state = tx.update(grads, opt_state, state.params)
+  params = jax.tree.map(lambda p, u: p + u, state.params, updates)
+  new = state.replace(step=state.step + 1, params=params, batch_stats=new_stats, opt_state=opt_state)
+  return new, jnp.stack([loss, supcon, ird, jnp.sum(batch.valid).astype(jnp.float32)])
+
+
+def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig):
+  """Compiled function running S steps: (state, past, mask, data, batches, lrs) -> (state, (S, 4))."""
+  step = functools.partial(train_step, model=model, tx=tx, aug_cfg=aug_cfg, cfg=cfg)
+
+  def chunk(state, past, dim_mask, data, batches, lrs):
+    def body(st, inputs):
+      b, lr = inputs
+      skip = lambda s: (s, jnp.zeros(4, jnp.float32))
+      return jax.lax.cond(jnp.any(b.valid), lambda s: step(s, past, dim_mask, data, b, lr), skip, st)
+    return jax.lax.scan(body, state, (batches, lrs))
+
+  return jax.jit(chunk, donate_argnums=(0,))
+
+
+def epoch_batches(pool: Batch, batch_size: int, steps_per_call: int, rng: np.random.Generator) -> Batch:
+  """Shuffles the pool (task data + memory) into (calls, S, B) arrays with padding."""
+  n = len(pool.index)
+  order = rng.permutation(n)
+  steps = -(-n // batch_size)
+  calls = -(-steps // steps_per_call)
+  total = calls * steps_per_call * batch_size
+  out = []
+  for field in pool:
+    arr = np.zeros(total, np.asarray(field).dtype)
+    arr[:n] = np.asarray(field)[order]
+    out.append(arr.reshape(calls, steps_per_call, batch_size))
+  valid = np.zeros(total, bool)
+  valid[:n] = True
+  out[3] = valid.reshape(calls, steps_per_call, batch_size)
+  return Batch(*out)
+
+
+def num_steps(pool_size: int, batch_size: int) -> int:
+  return -(-pool_size // batch_size)

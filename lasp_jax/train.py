@@ -1,0 +1,357 @@
+"""``train_and_evaluate``: a whole continual-learning run, resumable at any step.
+
+Per task t: (t >= 1) rebuild the replay memory, snapshot the past model, run the
+LASP boundary work (mask search, EB salience); train the epochs in compiled
+chunks of steps; probe; checkpoint. All randomness derives from (seed, task,
+epoch, step), so a resumed run repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import tqdm
+
+from lasp_jax import checkpoint, config_lib, lookahead, memory as memory_lib, metrics, modulation, probe
+from lasp_jax.data import sources, streams
+from lasp_jax.errors import ConfigError, TrainingError
+from lasp_jax.models import build_model
+from lasp_jax.steps import Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn, num_steps
+from lasp_jax.train_state import TrainState, create_train_state, lr_schedule, make_optimizer, schedule_values
+
+
+# ------------------------------------------------------------------------------ setup
+
+def load_stream(config):
+  """Loads the dataset and cuts it into the task stream the config names."""
+  kwargs = dict(data_dir=config.data.data_dir or None, source=config.data.source,
+                download=config.data.download, split_seed=config.data.split_seed)
+  if config.dataset == "synthetic":
+    kwargs.update(config.data.synthetic.to_dict())
+  data = sources.load_dataset(config.dataset, **kwargs)
+  if config.data.scenario == "domain":
+    stream = streams.domain_incremental(data, config.data.num_tasks, config.seed,
+                                        config.data.rmnist_test_uses_last_angle)
+  else:
+    stream = streams.class_incremental(data, config.data.num_tasks, tuple(config.data.class_order))
+    memory_lib.check_capacity(config.memory.size, (stream.num_tasks - 1) * stream.classes_per_task)
+  return data, stream
+
+
+def prepare_workdir(workdir) -> pathlib.Path:
+  path = pathlib.Path(workdir)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    probe_file = path / ".write_test"
+    probe_file.write_text("ok")
+    probe_file.unlink()
+  except OSError as e:
+    raise ConfigError(f"workdir {str(path)!r} is not writable: {e.strerror}") from None
+  return path
+
+
+def loss_config(config, stream) -> LossConfig:
+  t = config.train
+  return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
+                    temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
+                    selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
+                    domain_classes=stream.num_classes if stream.scenario == "domain" else 0)
+
+
+def probe_config(config) -> probe.ProbeConfig:
+  e = config.eval
+  return probe.ProbeConfig(epochs=e.epochs, lr=e.lr, batch_size=e.batch_size, augment=e.augment,
+                           select_best_on_test=e.select_best_on_test)
+
+
+def task_domain(stream, t: int) -> int:
+  return t if stream.scenario == "domain" else 0
+
+
+def training_pool(stream, memory: memory_lib.Memory, t: int) -> Batch:
+  """Task t's own samples (current) followed by the memory (past)."""
+  own = stream.train_indices(t)
+  mem_domain = memory.tasks if stream.scenario == "domain" else np.zeros(len(memory), np.int64)
+  return Batch(np.concatenate([own, memory.indices]).astype(np.int32),
+               np.concatenate([np.full(len(own), task_domain(stream, t)), mem_domain]).astype(np.int32),
+               np.concatenate([np.ones(len(own), bool), np.zeros(len(memory), bool)]),
+               np.ones(len(own) + len(memory), bool))
+
+
+def memory_pool(stream, memory) -> Batch:
+  mem_domain = memory.tasks if stream.scenario == "domain" else np.zeros(len(memory), np.int64)
+  n = len(memory)
+  return Batch(memory.indices.astype(np.int32), mem_domain.astype(np.int32), np.zeros(n, bool), np.ones(n, bool))
+
+
+# ------------------------------------------------------------------------------ the run
+
+class ContinualRun:
+  """Host-side driver of one run; all device state lives in ``self.state``/``self.past``."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir):
+    config_lib.validate(config)
+    self.config = config
+    self.workdir = prepare_workdir(workdir)
+    self.dataset, self.stream = load_stream(config)
+    self.model = build_model(config)
+    self.tx = make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay)
+    self.aug_cfg = config_lib.augment_config(config)
+    self.loss_cfg = loss_config(config, self.stream)
+    self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg)
+    s = self.stream
+    self.data = DeviceData(jnp.asarray(self.dataset.train_images), jnp.asarray(s.train_labels),
+                           jnp.asarray(s.angles, jnp.float32))
+    self.test_data = DeviceData(jnp.asarray(self.dataset.test_images), jnp.asarray(s.test_labels),
+                                jnp.asarray(s.test_angles, jnp.float32))
+    sample = self.data.images[:2].astype(jnp.float32)
+    self.state: TrainState = create_train_state(self.model, self.tx, sample, config.seed)
+    self.past: Optional[PastModel] = None
+    self.ckpt = checkpoint.Checkpointer(self.workdir)
+    self.host = self._fresh_host_state()
+    self.writer = None
+
+  def _fresh_host_state(self) -> dict:
+    t, d = self.stream.num_tasks, self.config.model.embedding_dim
+    names = ["domain_il"] if self.stream.scenario == "domain" else ["class_il", "task_il"]
+    return {"progress": {"task": 0, "epoch": 0, "call": 0, "boundary_done": False},
+            "memory": {"indices": [], "tasks": []}, "mask": [True] * d,
+            "acc": {n: [[None] * t for _ in range(t)] for n in names}, "overall": {n: [None] * t for n in names},
+            "probe_epoch": [None] * t, "boundaries": [], "curves": [], "wall_time_s": 0.0}
+
+  # ---------------------------------------------------------------- checkpoint
+  def _trees(self):
+    past = self.past or PastModel(self.state.params, self.state.batch_stats)
+    return {"state": self.state, "past": past}
+
+  def save(self) -> None:
+    meta = dict(self.host, has_past=self.past is not None)
+    meta["wall_time_s"] = self.host["wall_time_s"] + (time.perf_counter() - self._t_start)
+    self.ckpt.save(self._trees(), meta)
+
+  def maybe_restore(self) -> bool:
+    cfg_path = self.workdir / "config.json"
+    if self.ckpt.latest() is None or self.config.resume == "never":
+      return False
+    if cfg_path.exists() and self.config.resume != "force":
+      old = json.loads(cfg_path.read_text())
+      diff = config_lib.differing_keys(old, config_lib.flat(self.config))
+      if diff:
+        raise ConfigError(f"workdir {str(self.workdir)!r} holds a run with a different config "
+                          f"(differs in: {', '.join(diff)}); use another --workdir or --config.resume=force")
+    trees, meta = self.ckpt.restore(jax.tree.map(np.asarray, self._trees()))
+    self.state = jax.tree.map(jnp.asarray, trees["state"])
+    self.past = PastModel(*jax.tree.map(jnp.asarray, tuple(trees["past"]))) if meta.pop("has_past") else None
+    self.host = meta
+    return True
+
+  # ---------------------------------------------------------------- task pieces
+  @property
+  def memory(self) -> memory_lib.Memory:
+    m = self.host["memory"]
+    return memory_lib.Memory(np.asarray(m["indices"], np.int64), np.asarray(m["tasks"], np.int64))
+
+  def _set_memory(self, mem: memory_lib.Memory):
+    self.host["memory"] = {"indices": mem.indices.tolist(), "tasks": mem.tasks.tolist()}
+
+  def boundary(self, t: int) -> None:
+    """Memory update, past-model snapshot and LASP work before training task t >= 1."""
+    c, s = self.config, self.stream
+    mem = memory_lib.update(self.memory, scenario=s.scenario, train_labels=s.train_labels,
+                            prev_classes=s.task_classes(t - 1), capacity=c.memory.size, task=t, seed=c.seed)
+    self._set_memory(mem)
+    # A copy: the train step donates (and so invalidates) the state's buffers.
+    self.past = PastModel(*jax.tree.map(jnp.copy, (self.state.params, self.state.batch_stats)))
+    if not (config_lib.uses_sd(c) or config_lib.uses_gm(c)):
+      return
+    rng = np.random.default_rng([c.seed, t, 0x5253])
+    rows = lookahead.lookahead_rows(training_pool(s, mem, t), memory_pool(s, mem), c.lasp.srs_data,
+                                    c.train.batch_size, rng)
+    key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
+    res = lookahead.boundary(key, self.model, self.state.variables(), self.data, jax.tree.map(jnp.asarray, rows),
+                             aug_cfg=self.aug_cfg, loss_cfg=self.loss_cfg, lasp_cfg=c.lasp,
+                             num_classes=s.num_contrastive_classes, need_gamma=config_lib.uses_gm(c))
+    if config_lib.uses_sd(c):
+      self.host["mask"] = res.mask.tolist()
+    if res.gamma is not None:
+      self.state = self.state.replace(opt_state=modulation.set_salience(self.state.opt_state, res.gamma))
+    self.host["boundaries"].append(dict(task=t, **res.info))
+    if res.info["sd_fallback_to_full_ird"] and config_lib.uses_sd(c):
+      tqdm.tqdm.write(f"task {t}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to full IRD")
+
+  def epochs_of(self, t: int) -> int:
+    return self.config.train.epochs_first if t == 0 else self.config.train.epochs
+
+  def train_task(self, t: int) -> None:
+    c = self.config
+    pool = training_pool(self.stream, self.memory, t)
+    b, spc = c.train.batch_size, c.train.steps_per_call
+    spe, epochs = num_steps(len(pool.index), b), self.epochs_of(t)
+    sched = lr_schedule(base_lr=c.train.lr, epochs=epochs, steps_per_epoch=spe,
+                        warmup_epochs=c.train.warmup_epochs, warmup_from=c.train.warmup_from,
+                        warmup_target_epochs=c.train.epochs if c.train.warmup_target == "published" else None,
+                        min_ratio=c.train.lr_min_ratio)
+    lrs = schedule_values(sched, epochs * spe)
+    mask = jnp.asarray(self.host["mask"], bool)
+    prog = self.host["progress"]
+    bar = tqdm.tqdm(total=epochs, initial=prog["epoch"], desc=f"task {t}", disable=not c.progress, leave=True)
+    for e in range(prog["epoch"], epochs):
+      batches = epoch_batches(pool, b, spc, np.random.default_rng([c.seed, t, e]))
+      calls = batches.index.shape[0]
+      lr_e = np.zeros(calls * spc, np.float32)
+      lr_e[:spe] = lrs[e * spe:(e + 1) * spe]
+      lr_e = lr_e.reshape(calls, spc)
+      t0, outs = time.perf_counter(), []
+      for k in range(prog["call"], calls):
+        chunk = Batch(*[jnp.asarray(f[k]) for f in batches])
+        self.state, m = self.chunk_fn(self.state, self.past, mask, self.data, chunk, jnp.asarray(lr_e[k]))
+        outs.append(m)
+        every = c.train.checkpoint_every_steps
+        if every and k + 1 < calls and ((k + 1) * spc) % every < spc:
+          self._check_finite(outs, t, e, prog["call"] * spc)
+          prog["call"] = k + 1
+          self.save()
+      self._end_epoch(t, e, outs, prog, spe, lrs[min((e + 1) * spe, len(lrs)) - 1], time.perf_counter() - t0, bar)
+    bar.close()
+
+  def _check_finite(self, outs, t, e, first_step):
+    m = np.concatenate([np.asarray(o) for o in outs])
+    bad = np.flatnonzero(~np.isfinite(m[:, 0]))
+    if bad.size:
+      raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {first_step + int(bad[0]) + 1} of the "
+                          f"epoch; last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
+    return m
+
+  def _end_epoch(self, t, e, outs, prog, spe, lr, seconds, bar):
+    m = self._check_finite(outs, t, e, prog["call"] * self.config.train.steps_per_call)
+    m = m[m[:, 3] > 0]
+    w = m[:, 3] / max(m[:, 3].sum(), 1)
+    loss, supcon, ird = (float(w @ m[:, i]) for i in range(3))
+    rate = m[:, 3].sum() / max(seconds, 1e-9)
+    self.host["curves"].append({"task": t, "epoch": e + 1, "loss": loss, "supcon": supcon, "ird": ird,
+                                "lr": float(lr)})
+    prog["epoch"], prog["call"] = e + 1, 0
+    bar.update(1)
+    bar.set_postfix(loss=f"{loss:.3f}", ird=f"{ird:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
+    if self.writer:
+      step = int(self.state.step)
+      for k, v in (("loss", loss), ("supcon", supcon), ("ird", ird), ("lr", lr)):
+        self.writer.add_scalar(f"{k}_{t}", v, step)
+
+  # ---------------------------------------------------------------- evaluation
+  def probe_data(self, t: int) -> probe.ProbeData:
+    """Task t's data + memory for training, every seen task's test set; padded."""
+    s, mem = self.stream, self.memory
+    pool = training_pool(s, mem, t)
+    labels = s.train_labels[pool.index]
+    group = pool.domain if s.scenario == "domain" else labels
+    weight = (1.0 / np.bincount(group)[group]).astype(np.float32)
+    rows = max(len(s.train_indices(j)) for j in range(s.num_tasks)) + self.config.memory.size
+    pad = lambda a, v=0: np.concatenate([a, np.full(rows - len(a), v, a.dtype)])
+    test_idx = np.concatenate([s.test_indices(j) for j in range(t + 1)])
+    if s.scenario == "domain":
+      test_task = np.repeat(np.arange(t + 1), len(s.test_labels))
+      test_rows = len(s.test_labels) * s.num_tasks
+    else:
+      test_task = s.test_labels[test_idx] // s.classes_per_task
+      test_rows = len(s.test_labels)
+    test_dom = test_task if s.scenario == "domain" else np.zeros(len(test_idx), np.int64)
+    tpad = lambda a, v: np.concatenate([a, np.full(test_rows - len(a), v, np.int64)])
+    test_idx, test_dom = tpad(test_idx, 0), tpad(test_dom, 0)
+    feats = probe.extract_features(self.model, self.state.variables(), self.test_data, test_idx, test_dom,
+                                   self.aug_cfg)
+    return probe.ProbeData(jnp.asarray(pad(pool.index)), jnp.asarray(pad(pool.domain)),
+                           jnp.asarray(pad(labels)), jnp.asarray(pad(weight)), feats,
+                           jnp.asarray(s.test_labels[test_idx]),
+                           jnp.asarray(tpad(test_task, s.num_tasks), jnp.int32))
+
+  def evaluate(self, t: int) -> None:
+    s = self.stream
+    key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), 104729 + t)
+    res = probe.run_probe(key, self.model, self.state.variables(), self.data, self.probe_data(t),
+                          aug_cfg=self.aug_cfg, cfg=probe_config(self.config), num_classes=s.num_classes,
+                          num_tasks=s.num_tasks, classes_per_task=s.classes_per_task, scenario=s.scenario)
+    for name, row in res.per_task.items():
+      self.host["acc"][name][t] = [None if not np.isfinite(v) else float(v) for v in row]
+      self.host["overall"][name][t] = res.overall[name]
+      if self.writer:
+        self.writer.add_scalar(f"probe/{name}", res.overall[name], t)
+    self.host["probe_epoch"][t] = res.epoch
+
+  # ---------------------------------------------------------------- driver
+  def run(self) -> dict:
+    self._t_start = time.perf_counter()
+    resumed = self.maybe_restore()
+    checkpoint.write_json_atomic(self.workdir / "config.json", config_lib.flat(self.config))
+    if resumed:
+      p = self.host["progress"]
+      tqdm.tqdm.write(f"resuming {self.workdir}: task {p['task']}, epoch {p['epoch']}, chunk {p['call']}")
+    try:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self.writer = SummaryWriter(str(self.workdir / "tensorboard"))
+    except ImportError:
+      self.writer = None
+    prog = self.host["progress"]
+    for t in range(prog["task"], self.stream.num_tasks):
+      if not prog["boundary_done"]:
+        if t > 0:
+          self.boundary(t)
+        prog["boundary_done"] = True
+      self.train_task(t)
+      if self.config.eval.every_task or t == self.stream.num_tasks - 1:
+        self.evaluate(t)
+      prog.update(task=t + 1, epoch=0, call=0, boundary_done=False)
+      self.save()
+    results = self.results()
+    checkpoint.write_json_atomic(self.workdir / "results.json", results)
+    if self.writer:
+      self.writer.close()
+    self.ckpt.close()
+    return results
+
+  def results(self) -> dict:
+    c, s, h = self.config, self.stream, self.host
+    acc = {n: metrics.from_json_matrix(rows) for n, rows in h["acc"].items()}
+    last = s.num_tasks - 1
+    return {
+        "dataset": c.dataset, "method": c.method, "scenario": s.scenario, "seed": c.seed,
+        "num_tasks": s.num_tasks, "memory_size": c.memory.size, "embedding_dim": c.model.embedding_dim,
+        "srs_data": c.lasp.srs_data, "config_hash": config_lib.config_hash(c),
+        "acc_matrix": {n: metrics.to_json_matrix(a) for n, a in acc.items()},
+        "final": {n: h["overall"][n][last] for n in acc},
+        "avg_accuracy": {n: metrics.average_accuracy(a) for n, a in acc.items()},
+        "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
+        "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
+        "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
+        "wall_time_s": round(h["wall_time_s"] + time.perf_counter() - self._t_start, 2),
+    }
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
+  """Runs (or resumes) the continual run described by ``config`` in ``workdir``.
+
+  Returns:
+    The dictionary also written to ``workdir/results.json``.
+  """
+  return ContinualRun(config, workdir).run()
+
+
+def summary(results: dict) -> str:
+  """The compact end-of-run table: accuracy matrices and final figures."""
+  lines = []
+  for name, rows in results["acc_matrix"].items():
+    lines.append(metrics.format_matrix(name, metrics.from_json_matrix(rows)))
+  for name, v in results["final"].items():
+    f, b = results["forgetting"][name], results["bwt"][name]
+    lines.append(f"final {name}: {v:.2f}%  forgetting: {'-' if f is None else f'{f:.2f}'}  "
+                 f"bwt: {'-' if b is None else f'{b:.2f}'}")
+  lines.append(f"wall time: {results['wall_time_s']:.1f} s")
+  return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""Train state, optimizer and per-task learning-rate schedule."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from lasp_jax import modulation
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything the train step updates. A pytree: Orbax saves it as it is."""
+  step: jax.Array
+  params: Any
+  batch_stats: Any
+  opt_state: Any
+  rng: jax.Array
+
+  def variables(self):
+    return {"params": self.params, "batch_stats": self.batch_stats}
+
+
+def make_optimizer(*, momentum: float, weight_decay: float) -> optax.GradientTransformation:
+  """PyTorch SGD (momentum, coupled weight decay on every parameter), with GM first.
+
+  The learning rate is an injected hyperparameter, set by the train step from
+  the host-computed schedule, so one compiled step serves every task.
+  """
+
+  def build(learning_rate):
+    return optax.chain(modulation.gradient_modulation(), optax.add_decayed_weights(weight_decay),
+                       optax.sgd(learning_rate, momentum=momentum))
+
+  return optax.inject_hyperparams(build)(learning_rate=0.0)
+
+
+def with_learning_rate(opt_state, lr):
+  return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
+
+
+def create_train_state(model, tx, sample_input, seed: int) -> TrainState:
+  """Initializes parameters (PyTorch-equivalent init) and the optimizer."""
+  key = jax.random.PRNGKey(seed)
+  init_key, state_key = jax.random.split(key)
+  variables = jax.jit(lambda k, x: model.init(k, x, train=False))(init_key, sample_input)
+  params = variables["params"]
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                    batch_stats=variables.get("batch_stats", {}), opt_state=tx.init(params), rng=state_key)
+
+
+def lr_schedule(*, base_lr: float, epochs: int, steps_per_epoch: int, warmup_epochs: int = 0,
+                warmup_from: float = 0.01, warmup_target_epochs: int | None = None,
+                min_ratio: float = 1e-3) -> optax.Schedule:
+  """The published per-task schedule as an optax schedule of the in-task step.
+
+  Cosine annealing applied once per epoch (epochs counted from 1, so the last
+  epoch runs at ``base_lr * min_ratio``), preceded by a per-step linear warm-up
+  from ``warmup_from`` to the cosine value at the end of the warm-up. The
+  published code computes that target with the later tasks' epoch count even for
+  task 0; pass ``warmup_target_epochs`` to reproduce it.
+  """
+  eta_min = base_lr * min_ratio
+
+  def cosine_at_epoch(epoch, total):
+    return eta_min + (base_lr - eta_min) * (1 + jnp.cos(math.pi * epoch / total)) / 2
+
+  def cosine(step):
+    return cosine_at_epoch(step // steps_per_epoch + 1, epochs)
+
+  if warmup_epochs <= 0:
+    return cosine
+  target = cosine_at_epoch(warmup_epochs, warmup_target_epochs or epochs)
+  warm_steps = warmup_epochs * steps_per_epoch
+  warm = optax.linear_schedule(warmup_from, target, warm_steps)
+  return optax.join_schedules([warm, lambda s: cosine(s + warm_steps)], [warm_steps])
+
+
+def schedule_values(schedule: optax.Schedule, num_steps: int) -> np.ndarray:
+  return np.asarray(jax.vmap(schedule)(jnp.arange(num_steps)), np.float32)

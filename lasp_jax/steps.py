@@ -89,6 +89,9 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   """One SGD step; returns the new state and (loss, supcon, ird, num_valid)."""
   key = jax.random.fold_in(state.rng, state.step)
   views = augment.two_views(key, data.images[batch.index], data.angles[batch.domain], aug_cfg)
+  # Without the barrier XLA:CPU fuses the augmentation into the conv inputs and
+  # recomputes it per use: 6x slower steps on the R-MNIST net (measured).
+  views = jax.lax.optimization_barrier(views)
   labels = contrastive_labels(data.labels[batch.index], batch.domain, cfg)
   grad_fn = jax.value_and_grad(_losses, has_aux=True)
   (loss, (supcon, ird, new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels, batch,
@@ -107,9 +110,13 @@ def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig):
   def chunk(state, past, dim_mask, data, batches, lrs):
     def body(st, inputs):
       b, lr = inputs
-      skip = lambda s: (s, jnp.zeros(4, jnp.float32))
-      return jax.lax.cond(jnp.any(b.valid), lambda s: step(s, past, dim_mask, data, b, lr), skip, st)
-    return jax.lax.scan(body, state, (batches, lrs))
+      new, m = step(st, past, dim_mask, data, b, lr)
+      # A fully padded step (end of an epoch's last chunk) must leave the state
+      # as it was. A select, not lax.cond: cond in the scan body made XLA:CPU
+      # steps 6x slower (measured on the R-MNIST net).
+      keep = jnp.any(b.valid)
+      return jax.tree.map(lambda n, o: jnp.where(keep, n, o), new, st), jnp.where(keep, m, 0.0)
+    return jax.lax.scan(body, state, (batches, lrs), unroll=True)
 
   return jax.jit(chunk, donate_argnums=(0,))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import time
 from typing import Any, Optional
 
@@ -26,6 +27,22 @@ from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
 from lasp_jax.steps import Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn, num_steps
 from lasp_jax.train_state import TrainState, create_train_state, lr_schedule, make_optimizer, schedule_values
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+
+def fault_point(name: str) -> None:
+  """Test hook: SIGKILLs this process at the point named by $LASP_FAULT.
+
+  ``LASP_FAULT=probe:1`` dies at the start of the probe after task 1; used by the
+  resume tests to interrupt a run exactly where they want.
+  """
+  if os.environ.get("LASP_FAULT") == name:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def data_mesh() -> Mesh:
+  """A 1-D ("data",) mesh over every device (one device is a mesh of one)."""
+  return Mesh(np.asarray(jax.devices()), ("data",))
 
 
 # ------------------------------------------------------------------------------ setup
@@ -108,12 +125,18 @@ class ContinualRun:
     self.loss_cfg = loss_config(config, self.stream)
     self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg)
     s = self.stream
-    self.data = DeviceData(jnp.asarray(self.dataset.train_images), jnp.asarray(s.train_labels),
-                           jnp.asarray(s.angles, jnp.float32))
-    self.test_data = DeviceData(jnp.asarray(self.dataset.test_images), jnp.asarray(s.test_labels),
-                                jnp.asarray(s.test_angles, jnp.float32))
+    self.mesh = data_mesh()
+    if config.train.batch_size % self.mesh.size:
+      raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by the "
+                        f"{self.mesh.size} devices of the data mesh")
+    self.replicated = NamedSharding(self.mesh, P())
+    self.batch_sharding = NamedSharding(self.mesh, P(None, "data"))
+    put = lambda x, dtype=None: jax.device_put(np.asarray(x, dtype), self.replicated)
+    self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), put(s.angles, np.float32))
+    self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32))
     sample = self.data.images[:2].astype(jnp.float32)
-    self.state: TrainState = create_train_state(self.model, self.tx, sample, config.seed)
+    self.state: TrainState = jax.device_put(create_train_state(self.model, self.tx, sample, config.seed),
+                                            self.replicated)
     self.past: Optional[PastModel] = None
     self.ckpt = checkpoint.Checkpointer(self.workdir)
     self.host = self._fresh_host_state()
@@ -122,7 +145,7 @@ class ContinualRun:
   def _fresh_host_state(self) -> dict:
     t, d = self.stream.num_tasks, self.config.model.embedding_dim
     names = ["domain_il"] if self.stream.scenario == "domain" else ["class_il", "task_il"]
-    return {"progress": {"task": 0, "epoch": 0, "call": 0, "boundary_done": False},
+    return {"progress": {"task": 0, "epoch": 0, "call": 0, "boundary_done": False, "partial": []},
             "memory": {"indices": [], "tasks": []}, "mask": [True] * d,
             "acc": {n: [[None] * t for _ in range(t)] for n in names}, "overall": {n: [None] * t for n in names},
             "probe_epoch": [None] * t, "boundaries": [], "curves": [], "wall_time_s": 0.0}
@@ -148,8 +171,9 @@ class ContinualRun:
         raise ConfigError(f"workdir {str(self.workdir)!r} holds a run with a different config "
                           f"(differs in: {', '.join(diff)}); use another --workdir or --config.resume=force")
     trees, meta = self.ckpt.restore(jax.tree.map(np.asarray, self._trees()))
-    self.state = jax.tree.map(jnp.asarray, trees["state"])
-    self.past = PastModel(*jax.tree.map(jnp.asarray, tuple(trees["past"]))) if meta.pop("has_past") else None
+    put = lambda tree: jax.device_put(tree, self.replicated)
+    self.state = put(trees["state"])
+    self.past = PastModel(*put(tuple(trees["past"]))) if meta.pop("has_past") else None
     self.host = meta
     return True
 
@@ -209,36 +233,40 @@ class ContinualRun:
       lr_e = np.zeros(calls * spc, np.float32)
       lr_e[:spe] = lrs[e * spe:(e + 1) * spe]
       lr_e = lr_e.reshape(calls, spc)
-      t0, outs = time.perf_counter(), []
+      # Metrics of the chunks run before an interruption come back from the checkpoint.
+      t0, outs = time.perf_counter(), [np.asarray(prog.get("partial", np.zeros((0, 4))), np.float32).reshape(-1, 4)]
       for k in range(prog["call"], calls):
-        chunk = Batch(*[jnp.asarray(f[k]) for f in batches])
+        chunk = Batch(*[jax.device_put(f[k], self.batch_sharding) for f in batches])
         self.state, m = self.chunk_fn(self.state, self.past, mask, self.data, chunk, jnp.asarray(lr_e[k]))
         outs.append(m)
         every = c.train.checkpoint_every_steps
         if every and k + 1 < calls and ((k + 1) * spc) % every < spc:
-          self._check_finite(outs, t, e, prog["call"] * spc)
+          prog["partial"] = self._check_finite(outs, t, e, 0).tolist()
           prog["call"] = k + 1
           self.save()
-      self._end_epoch(t, e, outs, prog, spe, lrs[min((e + 1) * spe, len(lrs)) - 1], time.perf_counter() - t0, bar)
+          fault_point(f"step:{t}:{e}:{k + 1}")
+      self._end_epoch(t, e, outs, prog, lrs[min((e + 1) * spe, len(lrs)) - 1], (t0, len(outs[0])), bar)
     bar.close()
 
   def _check_finite(self, outs, t, e, first_step):
-    m = np.concatenate([np.asarray(o) for o in outs])
+    """All step metrics of the epoch so far; raises at the first non-finite loss."""
+    m = np.concatenate([np.asarray(o, np.float32).reshape(-1, 4) for o in outs])
     bad = np.flatnonzero(~np.isfinite(m[:, 0]))
     if bad.size:
       raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {first_step + int(bad[0]) + 1} of the "
                           f"epoch; last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
     return m
 
-  def _end_epoch(self, t, e, outs, prog, spe, lr, seconds, bar):
-    m = self._check_finite(outs, t, e, prog["call"] * self.config.train.steps_per_call)
+  def _end_epoch(self, t, e, outs, prog, lr, start, bar):
+    t0, n_before = start
+    m = self._check_finite(outs, t, e, 0)  # waits for the device: the rate below is real
+    rate = m[n_before:, 3].sum() / max(time.perf_counter() - t0, 1e-9)
     m = m[m[:, 3] > 0]
     w = m[:, 3] / max(m[:, 3].sum(), 1)
     loss, supcon, ird = (float(w @ m[:, i]) for i in range(3))
-    rate = m[:, 3].sum() / max(seconds, 1e-9)
     self.host["curves"].append({"task": t, "epoch": e + 1, "loss": loss, "supcon": supcon, "ird": ird,
                                 "lr": float(lr)})
-    prog["epoch"], prog["call"] = e + 1, 0
+    prog["epoch"], prog["call"], prog["partial"] = e + 1, 0, []
     bar.update(1)
     bar.set_postfix(loss=f"{loss:.3f}", ird=f"{ird:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
     if self.writer:
@@ -307,8 +335,9 @@ class ContinualRun:
         prog["boundary_done"] = True
       self.train_task(t)
       if self.config.eval.every_task or t == self.stream.num_tasks - 1:
+        fault_point(f"probe:{t}")
         self.evaluate(t)
-      prog.update(task=t + 1, epoch=0, call=0, boundary_done=False)
+      prog.update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[])
       self.save()
     results = self.results()
     checkpoint.write_json_atomic(self.workdir / "results.json", results)

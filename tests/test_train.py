@@ -1,0 +1,138 @@
+"""End-to-end runs on the tiny config: results, methods, no recompiles, invariants."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from lasp_jax import mask_search, modulation, probe, steps, train
+from lasp_jax.errors import ConfigError, TrainingError
+from tests.conftest import tiny_config
+
+RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix", "final", "forgetting", "bwt",
+               "wall_time_s"}
+
+
+def _two_tasks(**kw):
+  base = {"data.num_tasks": 5, "train.epochs_first": 2, "train.epochs": 1}
+  base.update(kw)
+  return tiny_config(**base)
+
+
+@pytest.fixture(scope="module")
+def sd_run(tmp_path_factory):
+  wd = tmp_path_factory.mktemp("sd")
+  config = _two_tasks(**{"train.epochs_first": 4})
+  run = train.ContinualRun(config, wd)
+  results = run.run()
+  return run, results, wd
+
+
+def test_results_file_and_shapes(sd_run):
+  run, results, wd = sd_run
+  on_disk = json.loads((wd / "results.json").read_text())
+  assert RESULT_KEYS <= set(on_disk)
+  assert on_disk["scenario"] == "class" and on_disk["num_tasks"] == 5
+  for name in ("class_il", "task_il"):
+    a = np.array(on_disk["acc_matrix"][name], dtype=float)
+    assert a.shape == (5, 5)
+    assert np.all(np.isfinite(np.diag(a))) and np.all(np.isnan(a[np.triu_indices(5, 1)]))
+  assert all(np.isfinite([c["loss"] for c in on_disk["curves"]]))
+  assert on_disk["acc_matrix"]["class_il"][0][0] > 80  # first task (2 digits) far above 50% chance
+  assert len(on_disk["boundaries"]) == 4 and "selected_dims" in on_disk["boundaries"][0]
+  assert (wd / "config.json").exists() and list((wd / "tensorboard").glob("events.*"))
+
+
+def test_no_recompilation_across_epochs_and_tasks(sd_run):
+  run, _, _ = sd_run
+  assert run.chunk_fn._cache_size() == 2  # without and with a past model, nothing else
+  assert probe._train_probe._cache_size() == 1
+  assert mask_search.search_from._cache_size() == 1
+
+
+@pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])
+def test_every_method_runs(tmp_path, method):
+  config = _two_tasks(**{"method": method, "data.num_tasks": 5})
+  config.data.num_tasks = 5
+  results = train.ContinualRun(config, tmp_path).run()
+  assert results["method"] == method
+  assert np.isfinite(results["final"]["class_il"])
+  if method in ("gm", "sd_gm"):
+    frac = results["boundaries"][0]["frac_weights_gamma_ge_1"]
+    assert 0 <= frac <= 1 and results["boundaries"][0]["eb_s"] is not None
+
+
+def test_domain_incremental_run(tmp_path):
+  config = _two_tasks(**{"data.scenario": "domain", "data.num_tasks": 2, "model.normalize_embedding": False,
+                         "lasp.srs_data": "onlypast"})
+  results = train.ContinualRun(config, tmp_path).run()
+  a = np.array(results["acc_matrix"]["domain_il"], dtype=float)
+  assert a.shape == (2, 2) and np.isfinite(a[1]).all() and a[0, 0] > 30
+
+
+def _step_setup(method, normalize=True):
+  config = _two_tasks(method=method, **{"model.normalize_embedding": normalize})
+  run = train.ContinualRun(config, "/tmp/lasp_step_setup")
+  pool = train.training_pool(run.stream, run.memory, 0)
+  b = steps.epoch_batches(pool, 64, 4, np.random.default_rng(0))
+  chunk = steps.Batch(*[jnp.asarray(f[0]) for f in b])
+  past = steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
+  return run, chunk, past
+
+
+def test_sd_with_every_dim_selected_equals_co2l():
+  outs = []
+  for method in ("co2l", "sd"):
+    run, chunk, past = _step_setup(method)
+    d = run.config.model.embedding_dim
+    state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, jnp.full(4, 0.05))
+    outs.append((state.params, m))
+  np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), outs[0][0], outs[1][0])
+
+
+def test_gradient_modulation_transform_invariants():
+  params = {"conv": {"kernel": jnp.ones((2, 3)), "bias": jnp.ones(3)}, "bn": {"scale": jnp.ones(3)}}
+  gamma = {"conv": {"kernel": jnp.array([[0.0, 0.5, 2.0], [0.0, 1.0, 0.25]]), "bias": jnp.full(3, 5.0)},
+           "bn": {"scale": jnp.zeros(3)}}
+  tx = modulation.gradient_modulation()
+  state = modulation.set_salience(tx.init(params), gamma)
+  grads = jax.tree.map(lambda p: 2 * p, params)
+  out, _ = tx.update(grads, state)
+  np.testing.assert_allclose(out["conv"]["kernel"], [[2.0, 1.0, 0.0], [2.0, 0.0, 1.5]])
+  np.testing.assert_allclose(out["conv"]["bias"], grads["conv"]["bias"])  # biases never modulated
+  np.testing.assert_allclose(out["bn"]["scale"], grads["bn"]["scale"])    # zero salience: unchanged
+  jax.tree.map(np.testing.assert_allclose, modulation.get_salience(state), gamma)
+
+
+def test_nan_loss_stops_with_a_clear_message(tmp_path):
+  config = _two_tasks(**{"train.lr": 1e30})
+  with pytest.raises(TrainingError, match=r"non-finite loss at task 0, epoch 1, step \d+"):
+    train.ContinualRun(config, tmp_path).run()
+  assert not (tmp_path / "results.json").exists()
+  assert not list((tmp_path / "checkpoints").glob("*/"))  # nothing non-finite was saved
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("dataset", "cifar100", "unknown dataset 'cifar100'"),
+    ("method", "ewc", "unknown method 'ewc'"),
+    ("lasp.srs_data", "future", "unknown lasp.srs_data 'future'"),
+    ("model.embedding_dim", 1, "model.embedding_dim must be >= 2"),
+    ("train.batch_size", 1, "train.batch_size must be >= 2"),
+    ("train.epochs", 0, "train.epochs must be >= 1"),
+    ("memory.size", -1, "memory.size must be >= 0"),
+    ("memory.size", 3, "memory size 3 is impossible"),
+])
+def test_bad_config_values(tmp_path, key, value, match):
+  with pytest.raises(ConfigError, match=match):
+    train.ContinualRun(tiny_config(**{key: value}), tmp_path)
+
+
+def test_unwritable_workdir(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  with pytest.raises(ConfigError, match="not writable"):
+    train.ContinualRun(tiny_config(), blocker / "sub")

@@ -17,7 +17,7 @@ def get_config():
   c.train.epochs_first = 1
   c.train.epochs = 1
   c.train.lr = 0.05
-  c.train.steps_per_call = 4
+  c.train.steps_per_call = 1
   c.memory.size = 40
   c.lasp.restarts = 8
   c.lasp.steps = 10

@@ -204,7 +204,9 @@ def test_class_balanced_memory_properties(capacity, seed):
     assert len(mem) <= capacity
     assert np.all(counts[2 * t:] == 0)  # only classes of finished tasks
     seen = counts[:2 * t]
-    assert seen.max() - seen.min() <= 1 or len(mem) < capacity  # balanced
+    # The published random rounding (old shares, then the new classes' shares of
+    # what is left) keeps classes within 2 samples of each other, not always 1.
+    assert seen.max() - seen.min() <= 2
     assert len(np.unique(mem.indices)) == len(mem)
 
 

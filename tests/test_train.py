@@ -74,7 +74,7 @@ def test_domain_incremental_run(tmp_path):
 
 
 def _step_setup(method, normalize=True):
-  config = _two_tasks(method=method, **{"model.normalize_embedding": normalize})
+  config = _two_tasks(method=method, **{"model.normalize_embedding": normalize, "train.ird_weight": 1.0})
   run = train.ContinualRun(config, "/tmp/lasp_step_setup")
   pool = train.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, 64, 4, np.random.default_rng(0))

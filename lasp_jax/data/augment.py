@@ -39,16 +39,16 @@ class AugmentConfig:
 
 # ----------------------------------------------------------------------------- geometry
 
-def rrc_params(key, height: int, width: int, scale, ratio, attempts: int = 10):
-  """torchvision RandomResizedCrop.get_params: (top, left, h, w) as int32.
+def rrc_params(u, height: int, width: int, scale, ratio, attempts: int = 10):
+  """torchvision RandomResizedCrop.get_params from 2 * attempts + 2 uniforms in [0, 1).
 
   Ten candidate boxes are drawn at once and the first that fits is used; if
   none fits, the centre crop with the ratio clamped, as torchvision does.
+  Returns (top, left, h, w) as int32.
   """
-  k_area, k_ratio, k_top, k_left = jax.random.split(key, 4)
-  area = height * width * jax.random.uniform(k_area, (attempts,), minval=scale[0], maxval=scale[1])
-  log_r = jax.random.uniform(k_ratio, (attempts,), minval=math.log(ratio[0]), maxval=math.log(ratio[1]))
-  aspect = jnp.exp(log_r)
+  area = height * width * (scale[0] + (scale[1] - scale[0]) * u[:attempts])
+  lo, hi = math.log(ratio[0]), math.log(ratio[1])
+  aspect = jnp.exp(lo + (hi - lo) * u[attempts:2 * attempts])
   w = jnp.round(jnp.sqrt(area * aspect)).astype(jnp.int32)
   h = jnp.round(jnp.sqrt(area / aspect)).astype(jnp.int32)
   ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
@@ -63,13 +63,39 @@ def rrc_params(key, height: int, width: int, scale, ratio, attempts: int = 10):
   found = jnp.any(ok)
   h = jnp.where(found, h[first], fh)
   w = jnp.where(found, w[first], fw)
-  top = jnp.where(found, jax.random.randint(k_top, (), 0, height - h + 1), (height - fh) // 2)
-  left = jnp.where(found, jax.random.randint(k_left, (), 0, width - w + 1), (width - fw) // 2)
+  top = jnp.where(found, _randint(u[2 * attempts], height - h + 1), (height - fh) // 2)
+  left = jnp.where(found, _randint(u[2 * attempts + 1], width - w + 1), (width - fw) // 2)
   return top, left, h, w
 
 
+def _randint(u, n):
+  """An integer uniform in [0, n) from a uniform u in [0, 1)."""
+  return jnp.minimum((u * n).astype(jnp.int32), n - 1)
+
+
+def _upsample_weights(start, length, in_size: int, out_size: int):
+  """(out, in) bilinear weights sampling [start, start+length) at out_size points.
+
+  Triangle kernel at half-pixel centres, renormalized at the borders: PIL's
+  bilinear resize whenever length <= out_size (no antialiasing needed).
+  """
+  src = start + (jnp.arange(out_size) + 0.5) * (length / out_size) - 0.5
+  w = jnp.maximum(0.0, 1.0 - jnp.abs(src[:, None] - jnp.arange(in_size)[None, :]))
+  return w / jnp.sum(w, axis=1, keepdims=True)
+
+
 def resized_crop(img, top, left, h, w, size: int):
-  """Bilinear, antialiased resize of the box [top, top+h) x [left, left+w) to size x size."""
+  """Bilinear resize of the box [top, top+h) x [left, left+w) to size x size (as PIL).
+
+  When ``size`` is at least the image size every crop is upsampled, and two small
+  weight matrices do it (cheap to compile). Otherwise jax.image's antialiased
+  resize is used, matching PIL's downsampling filter.
+  """
+  if size >= max(img.shape[0], img.shape[1]):
+    f = lambda v: v.astype(jnp.float32)
+    wy = _upsample_weights(f(top), f(h), img.shape[0], size)
+    wx = _upsample_weights(f(left), f(w), img.shape[1], size)
+    return jnp.einsum("oh,hwc,pw->opc", wy, img, wx)
   sy, sx = size / h.astype(jnp.float32), size / w.astype(jnp.float32)
   return jax.image.scale_and_translate(
       img, (size, size, img.shape[-1]), (0, 1), jnp.stack([sy, sx]),
@@ -134,17 +160,15 @@ def adjust_hue(img, shift):
   return hsv_to_rgb(hsv.at[..., 0].set((hsv[..., 0] + shift) % 1.0))
 
 
-def color_jitter(key, img, strength):
-  """torchvision ColorJitter: the four adjustments in a random order."""
+def color_jitter(u, img, strength):
+  """torchvision ColorJitter from 8 uniforms: the four adjustments in a random order."""
   b, c, s, h = strength
-  k_order, k_b, k_c, k_s, k_h = jax.random.split(key, 5)
-  fb = jax.random.uniform(k_b, minval=max(0.0, 1 - b), maxval=1 + b)
-  fc = jax.random.uniform(k_c, minval=max(0.0, 1 - c), maxval=1 + c)
-  fs = jax.random.uniform(k_s, minval=max(0.0, 1 - s), maxval=1 + s)
-  fh = jax.random.uniform(k_h, minval=-h, maxval=h)
+  span = lambda v, lo, hi: lo + (hi - lo) * v
+  fb, fc, fs = span(u[0], max(0.0, 1 - b), 1 + b), span(u[1], max(0.0, 1 - c), 1 + c), span(u[2], max(0.0, 1 - s), 1 + s)
+  fh = span(u[3], -h, h)
   ops = [lambda x: adjust_brightness(x, fb), lambda x: adjust_contrast(x, fc),
          lambda x: adjust_saturation(x, fs), lambda x: adjust_hue(x, fh)]
-  for i in jax.random.permutation(k_order, 4):
+  for i in jnp.argsort(u[4:8]):  # a uniformly random permutation
     img = jax.lax.switch(i, ops, img)
   return img
 
@@ -179,38 +203,47 @@ def to_float(images_u8):
   return images_u8.astype(jnp.float32) / 255.0
 
 
-def augment_one(key, img, angle, cfg: AugmentConfig):
-  """One random view of one float image."""
-  keys = jax.random.split(key, 7)
+# All randomness of one view comes from one row of uniforms: one PRNG call per
+# batch instead of a dozen per sample keeps the compiled step small (the threefry
+# hash is expanded at every call site; 5 s of XLA:CPU compile time otherwise).
+_RRC, _FLIP, _JIT_P, _JIT, _GRAY, _BLUR_S, _BLUR_P = 0, 22, 23, 24, 32, 33, 34
+NUM_UNIFORMS = 35
+
+
+def augment_one(u, img, angle, cfg: AugmentConfig):
+  """One random view of one float image, from ``NUM_UNIFORMS`` uniforms ``u``."""
   if cfg.rotate:
     img = rotate(img, angle)
-  top, left, h, w = rrc_params(keys[0], img.shape[0], img.shape[1], cfg.crop_scale, cfg.crop_ratio)
+  top, left, h, w = rrc_params(u[_RRC:_FLIP], img.shape[0], img.shape[1], cfg.crop_scale, cfg.crop_ratio)
   img = resized_crop(img, top, left, h, w, cfg.size)
   if cfg.flip:
-    img = jnp.where(jax.random.bernoulli(keys[1]), img[:, ::-1], img)
+    img = jnp.where(u[_FLIP] < 0.5, img[:, ::-1], img)
   if cfg.jitter_p > 0 and img.shape[-1] == 3:
-    img = jnp.where(jax.random.bernoulli(keys[2], cfg.jitter_p), color_jitter(keys[3], img, cfg.jitter), img)
+    img = jnp.where(u[_JIT_P] < cfg.jitter_p, color_jitter(u[_JIT:_GRAY], img, cfg.jitter), img)
   if cfg.grayscale_p > 0 and img.shape[-1] == 3:
-    img = jnp.where(jax.random.bernoulli(keys[4], cfg.grayscale_p), grayscale(img), img)
+    img = jnp.where(u[_GRAY] < cfg.grayscale_p, grayscale(img), img)
   if cfg.blur_p > 0:
-    sigma = jax.random.uniform(keys[5], minval=cfg.blur_sigma[0], maxval=cfg.blur_sigma[1])
-    img = jnp.where(jax.random.bernoulli(keys[6], cfg.blur_p), gaussian_blur(img, sigma, cfg.blur_kernel), img)
+    sigma = cfg.blur_sigma[0] + (cfg.blur_sigma[1] - cfg.blur_sigma[0]) * u[_BLUR_S]
+    img = jnp.where(u[_BLUR_P] < cfg.blur_p, gaussian_blur(img, sigma, cfg.blur_kernel), img)
   return normalize(img, cfg)
+
+
+def _views(key, images_u8, angles, cfg: AugmentConfig, num_views: int):
+  b = images_u8.shape[0]
+  u = jax.random.uniform(key, (num_views, b, NUM_UNIFORMS))
+  imgs = to_float(images_u8)
+  one = jax.vmap(lambda uu, x, a: augment_one(uu, x, a, cfg))
+  return jnp.concatenate([one(u[v], imgs, angles) for v in range(num_views)])
 
 
 def two_views(key, images_u8, angles, cfg: AugmentConfig):
   """(2B, S, S, C) float views, view-major, of a uint8 batch (B, H, W, C)."""
-  b = images_u8.shape[0]
-  keys = jax.random.split(key, 2 * b).reshape(2, b, -1)
-  imgs = to_float(images_u8)
-  one_view = jax.vmap(lambda k, x, a: augment_one(k, x, a, cfg))
-  return jnp.concatenate([one_view(keys[0], imgs, angles), one_view(keys[1], imgs, angles)])
+  return _views(key, images_u8, angles, cfg, 2)
 
 
 def one_view(key, images_u8, angles, cfg: AugmentConfig):
   """(B, S, S, C): a single random view per image (linear-probe training)."""
-  keys = jax.random.split(key, images_u8.shape[0])
-  return jax.vmap(lambda k, x, a: augment_one(k, x, a, cfg))(keys, to_float(images_u8), angles)
+  return _views(key, images_u8, angles, cfg, 1)
 
 
 def test_transform(images_u8, angles, cfg: AugmentConfig):

@@ -183,7 +183,7 @@ def _from_tfds(name: str, data_dir, download: bool) -> ArrayDataset:
   try:
     for split in ("train", "test"):
       src = tfds.data_source(name, split=split, data_dir=data_dir, download=download)
-      items = src.__getitems__(range(len(src))) if len(src) else []
+      items = [src[i] for i in range(len(src))]
       splits[split] = (np.stack([np.asarray(e["image"], np.uint8) for e in items]),
                        np.asarray([int(e["label"]) for e in items]))
   except Exception as e:  # tfds raises many types for an unprepared dataset.

@@ -1,0 +1,87 @@
+"""Resume after SIGKILL (mid-task, mid-probe) equals an uninterrupted run; CLI errors."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=5", "--config.train.epochs_first=2",
+        "--config.train.checkpoint_every_steps=4"]
+TIMING = {"wall_time_s", "search_s", "eb_s"}
+
+
+def main(workdir, *extra, fault=None, cache=None):
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.pop("LASP_FAULT", None)
+  if fault:
+    env["LASP_FAULT"] = fault
+  if cache:
+    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+  return subprocess.run([sys.executable, "-m", "lasp_jax.main", f"--workdir={workdir}", *ARGS, *extra],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def strip_timing(obj):
+  if isinstance(obj, dict):
+    return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING}
+  if isinstance(obj, list):
+    return [strip_timing(v) for v in obj]
+  return obj
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  cache = tmp_path_factory.mktemp("cache")
+  wd = tmp_path_factory.mktemp("uninterrupted")
+  out = main(wd, cache=cache)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads((wd / "results.json").read_text()), cache
+
+
+@pytest.mark.parametrize("fault", ["step:1:0:2", "probe:2"])
+def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
+  expected, cache = reference
+  killed = main(tmp_path, fault=fault, cache=cache)
+  assert killed.returncode == -9  # SIGKILL
+  assert not (tmp_path / "results.json").exists()
+  resumed = main(tmp_path, cache=cache)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert "resuming" in resumed.stderr
+  got = json.loads((tmp_path / "results.json").read_text())
+  assert strip_timing(got) == strip_timing(expected)
+
+
+def test_resume_with_different_config_is_refused(reference, tmp_path):
+  _, cache = reference
+  killed = main(tmp_path, fault="probe:0", cache=cache)
+  assert killed.returncode == -9
+  out = main(tmp_path, "--config.train.lr=0.2", cache=cache)
+  assert out.returncode == 2
+  assert "differs in: train.lr" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_same_seed_same_results_different_seed_differs(reference, tmp_path):
+  expected, cache = reference
+  out = main(tmp_path, "--config.seed=1", cache=cache)
+  assert out.returncode == 0, out.stderr[-3000:]
+  other = json.loads((tmp_path / "results.json").read_text())
+  assert other["curves"][0]["loss"] != expected["curves"][0]["loss"]
+  assert other["boundaries"][0]["selected"] != expected["boundaries"][0]["selected"] or \
+      other["acc_matrix"] != expected["acc_matrix"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config.trian.lr=1"], "trian"),
+    (["--config=configs/nonexistent.py"], "nonexistent.py"),
+    (["--config.dataset=cifar100"], "unknown dataset 'cifar100'"),
+    (["--config.dataset=cifar10", "--config.data.data_dir=/nonexistent/dir"], "cifar-10-batches-bin"),
+])
+def test_cli_errors_are_one_clear_line(tmp_path, args, message):
+  out = subprocess.run([sys.executable, "-m", "lasp_jax.main", "--config=configs/tiny.py",
+                        f"--workdir={tmp_path}", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode != 0
+  assert message in out.stderr and "Traceback" not in out.stderr

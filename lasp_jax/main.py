@@ -18,11 +18,35 @@ def default_workdir(config) -> str:
   return os.path.join("runs", f"{config.dataset}_{config.method}_s{config.seed}_{stamp}")
 
 
+def _one_line(e: BaseException) -> str:
+  text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+  return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def parse_flags(argv):
+  """Flag parsing that reports a bad config file or key in one line, no traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    message = f"error: {_one_line(e)}"
+  except KeyError as e:  # a misspelled --config.key on the locked ConfigDict
+    message = f"error: unknown config key {_one_line(e)}"
+  except (OSError, ImportError, SyntaxError, AttributeError, ValueError, TypeError) as e:
+    message = f"error: cannot use the --config flag: {_one_line(e)}"
+  print(message, file=sys.stderr)
+  sys.exit(2)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
   from lasp_jax import train  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
-  config = _CONFIG.value
+  try:
+    config = _CONFIG.value
+    config.to_dict()  # config_flags defers a failed load until first use
+  except (OSError, ImportError, SyntaxError, AttributeError) as e:
+    print(f"error: cannot load --config: {_one_line(e)}", file=sys.stderr)
+    sys.exit(2)
   workdir = _WORKDIR.value or default_workdir(config)
   try:
     results = train.train_and_evaluate(config, workdir)
@@ -35,4 +59,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -40,9 +40,9 @@ def fault_point(name: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def data_mesh() -> Mesh:
-  """A 1-D ("data",) mesh over every device (one device is a mesh of one)."""
-  return Mesh(np.asarray(jax.devices()), ("data",))
+def data_mesh(devices=None) -> Mesh:
+  """A 1-D ("data",) mesh over ``devices`` (default: all; one device is a mesh of one)."""
+  return Mesh(np.asarray(jax.devices() if devices is None else devices), ("data",))
 
 
 # ------------------------------------------------------------------------------ setup
@@ -114,8 +114,10 @@ def memory_pool(stream, memory) -> Batch:
 class ContinualRun:
   """Host-side driver of one run; all device state lives in ``self.state``/``self.past``."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir):
+  def __init__(self, config: ml_collections.ConfigDict, workdir, devices=None, on_task_end=None):
+    """``on_task_end(run, t)`` may return a JSON-able dict stored under results['extra']."""
     config_lib.validate(config)
+    self.on_task_end = on_task_end
     self.config = config
     self.workdir = prepare_workdir(workdir)
     self.dataset, self.stream = load_stream(config)
@@ -125,7 +127,7 @@ class ContinualRun:
     self.loss_cfg = loss_config(config, self.stream)
     self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg)
     s = self.stream
-    self.mesh = data_mesh()
+    self.mesh = data_mesh(devices)
     if config.train.batch_size % self.mesh.size:
       raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by the "
                         f"{self.mesh.size} devices of the data mesh")
@@ -337,6 +339,8 @@ class ContinualRun:
       if self.config.eval.every_task or t == self.stream.num_tasks - 1:
         fault_point(f"probe:{t}")
         self.evaluate(t)
+      if self.on_task_end is not None:
+        self.host.setdefault("extra", []).append({"task": t, **(self.on_task_end(self, t) or {})})
       prog.update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[])
       self.save()
     results = self.results()
@@ -360,6 +364,7 @@ class ContinualRun:
         "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
         "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
         "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
+        "extra": h.get("extra", []),
         "wall_time_s": round(h["wall_time_s"] + time.perf_counter() - self._t_start, 2),
     }
 

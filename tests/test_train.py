@@ -17,7 +17,7 @@ RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix
 
 
 def _two_tasks(**kw):
-  base = {"data.num_tasks": 5, "train.epochs_first": 2, "train.epochs": 1}
+  base = {"data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 1}
   base.update(kw)
   return tiny_config(**base)
 
@@ -25,7 +25,7 @@ def _two_tasks(**kw):
 @pytest.fixture(scope="module")
 def sd_run(tmp_path_factory):
   wd = tmp_path_factory.mktemp("sd")
-  config = _two_tasks(**{"train.epochs_first": 4})
+  config = _two_tasks(**{"train.epochs_first": 4, "data.num_tasks": 5})
   run = train.ContinualRun(config, wd)
   results = run.run()
   return run, results, wd
@@ -55,8 +55,7 @@ def test_no_recompilation_across_epochs_and_tasks(sd_run):
 
 @pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])
 def test_every_method_runs(tmp_path, method):
-  config = _two_tasks(**{"method": method, "data.num_tasks": 5})
-  config.data.num_tasks = 5
+  config = _two_tasks(method=method)
   results = train.ContinualRun(config, tmp_path).run()
   assert results["method"] == method
   assert np.isfinite(results["final"]["class_il"])

@@ -1,0 +1,158 @@
+"""Benchmark suite: prints a table and writes JSON (component, shapes, device, median time).
+
+    python -m experiments.benchmark [--quick] [--batch=512] [--eb_images=1024] [--out=BENCHMARKS.json]
+
+Components: ResNet-18 train step (SupCon + IRD, two views) in float32 and bfloat16;
+the mask search for K in {1, 32, 300} (N = 1,024, D = 128, 50 steps); EB salience of
+ResNet-18 next to one forward+backward on the same images; a linear-probe epoch;
+one small-scale task end to end. Nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from lasp_jax import losses, mask_search, salience
+from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
+
+FLAGS = flags.FLAGS
+flags.DEFINE_bool("quick", False, "Small shapes (CPU smoke run).")
+flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).")
+flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
+flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
+flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
+flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task.")
+
+
+def timed(fn, *args, repeats=3):
+  """(compile+first run seconds, median seconds of the next runs)."""
+  t = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  first = time.perf_counter() - t
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t)
+  return first, float(np.median(times))
+
+
+def resnet(dtype=jnp.float32):
+  return ContrastiveModel(ResNet(dtype=dtype), ProjectionHead(512, 128, True, dtype=dtype))
+
+
+def bench_step(batch, dtype, repeats):
+  """One SupCon + IRD forward/backward + SGD update of ResNet-18 on 2 x batch views."""
+  import optax  # pylint: disable=g-import-not-at-top
+  model = resnet(dtype)
+  x = jax.random.normal(jax.random.PRNGKey(0), (2 * batch, 32, 32, 3))
+  v = model.init(jax.random.PRNGKey(1), x[:2])
+  labels = jnp.arange(batch) % 10
+  tx = optax.sgd(0.1, momentum=0.9)
+  opt = tx.init(v["params"])
+
+  @jax.jit
+  def step(params, stats, opt, x):
+    def loss_fn(p):
+      (_, z), upd = model.apply({"params": p, "batch_stats": stats}, x, train=True, mutable=["batch_stats"])
+      _, zp = model.apply({"params": jax.lax.stop_gradient(p), "batch_stats": stats}, x, train=False)
+      sc = losses.supcon_loss(features=z, labels=labels, is_current=labels < 5, temperature=0.5)
+      return sc + losses.ird_loss(z_cur=z, z_past=zp, temp_cur=0.2, temp_past=0.01), upd
+    (loss, upd), g = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    u, opt = tx.update(g, opt, params)
+    return optax.apply_updates(params, u), upd["batch_stats"], opt, loss
+
+  first, med = timed(step, v["params"], v["batch_stats"], opt, x, repeats=repeats)
+  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name}", shape=f"batch {batch} (x2 views) 32x32",
+              compile_s=round(first - med, 3), median_s=round(med, 4), throughput=f"{batch / med:.1f} samples/s")
+
+
+def bench_search(k, repeats, n=1024, d=128, classes=10):
+  feats = losses.l2_normalize(jax.random.normal(jax.random.PRNGKey(0), (n, d)))
+  labels = jnp.arange(n) % classes
+  valid = jnp.ones(n, bool)
+  run = lambda key: mask_search.search(key, feats, labels, valid, num_classes=classes, restarts=k).s_final
+  first, med = timed(run, jax.random.PRNGKey(1), repeats=repeats)
+  return dict(component=f"mask search K={k}", shape=f"N={n} D={d} 50 steps", compile_s=round(first - med, 3),
+              median_s=round(med, 4), throughput=f"{k / med:.1f} restarts/s")
+
+
+def bench_eb(n, repeats):
+  model = resnet()
+  x = jax.random.normal(jax.random.PRNGKey(0), (n, 32, 32, 3))
+  v = model.init(jax.random.PRNGKey(1), x[:2], train=False)
+  p = jnp.ones((n, 128)) * 0.5
+  eb = jax.jit(lambda v, x: salience.excitation_backprop(model, v, x, p)[0])
+  fb = jax.jit(lambda v, x: jax.grad(lambda prm: jnp.sum(model.apply({**v, "params": prm}, x, train=False)[1] * p))(
+      v["params"]))
+  _, t_eb = timed(eb, v, x, repeats=repeats)
+  _, t_fb = timed(fb, v, x, repeats=repeats)
+  return [dict(component="EB salience ResNet-18", shape=f"{n} images 32x32", median_s=round(t_eb, 4),
+               throughput=f"{t_eb / t_fb:.2f}x one fwd+bwd"),
+          dict(component="fwd+bwd ResNet-18 (eval mode)", shape=f"{n} images 32x32", median_s=round(t_fb, 4),
+               throughput=f"{n / t_fb:.1f} images/s")]
+
+
+def bench_probe_and_task(repeats):
+  """A probe (cached features) and one whole task of configs/mnist5k.py."""
+  from configs import mnist5k  # pylint: disable=g-import-not-at-top
+  from lasp_jax import train  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  config = mnist5k.get_config()
+  config.progress = False
+  run = train.ContinualRun(config, tempfile.mkdtemp())
+  t = time.perf_counter()
+  run.train_task(0)
+  jax.block_until_ready(run.state.params)
+  task_s = time.perf_counter() - t
+  t = time.perf_counter()
+  run.evaluate(0)
+  probe_s = time.perf_counter() - t
+  run.host["progress"]["epoch"] = 0
+  t = time.perf_counter()
+  run.train_task(0)
+  jax.block_until_ready(run.state.params)
+  task_warm = time.perf_counter() - t
+  t = time.perf_counter()
+  run.evaluate(0)
+  probe_warm = time.perf_counter() - t
+  return [dict(component="task 0 of configs/mnist5k.py", shape=f"{config.train.epochs_first} epochs, 800 samples",
+               compile_s=round(task_s - task_warm, 2), median_s=round(task_warm, 2),
+               throughput=f"{config.train.epochs_first * 800 / task_warm:.0f} samples/s"),
+          dict(component="linear probe (cached features)", shape=f"{config.eval.epochs} epochs",
+               compile_s=round(probe_s - probe_warm, 2), median_s=round(probe_warm, 3),
+               throughput=f"{probe_warm / config.eval.epochs * 1000:.1f} ms/epoch")]
+
+
+def main(argv):
+  del argv
+  only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task"}
+  batch = 32 if FLAGS.quick else FLAGS.batch
+  eb_n = 64 if FLAGS.quick else FLAGS.eb_images
+  rows = []
+  if "step" in only:
+    rows += [bench_step(batch, jnp.float32, FLAGS.repeats), bench_step(batch, jnp.bfloat16, FLAGS.repeats)]
+  if "search" in only:
+    rows += [bench_search(k, FLAGS.repeats) for k in (1, 32, 300)]
+  if "eb" in only:
+    rows += bench_eb(eb_n, FLAGS.repeats)
+  if "probe" in only or "task" in only:
+    rows += bench_probe_and_task(FLAGS.repeats)
+  device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({platform.processor() or platform.machine()})"
+  print(f"device: {device}")
+  print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput")
+  for r in rows:
+    print(f"{r['component']:40} {r['shape']:32} {r['median_s']:>10} {r.get('compile_s', ''):>10}  {r['throughput']}")
+  with open(FLAGS.out, "w") as f:
+    json.dump({"device": device, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,221 @@
+"""Reproduces the paper's tables and figure: one command per result.
+
+    python -m experiments.run table1|table2|embedding|table3|all --scale=small|paper [--seeds=N]
+
+Every run gets its own workdir named by the hash of its config under
+``results/<experiment>/<scale>/runs/``; a rerun skips finished runs and resumes
+unfinished ones, and a failed run is reported without stopping the grid.
+Outputs per experiment: ``table.md`` (paper layout, paper number and difference
+beside each cell), ``table.csv``, ``runs.json``, PNG plots, and for every run an
+accuracy-matrix heat map and training curves.
+
+``--scale=small`` runs the same grids on the offline MNIST5k data (Split-MNIST5k
+stands in for the class-incremental datasets, Rotated MNIST5k for R-MNIST) with
+a half-width network and few epochs; ``--scale=paper`` uses configs/cifar10.py,
+configs/tinyimagenet.py and configs/rmnist.py (datasets and a GPU needed).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import traceback
+
+from absl import app, flags
+
+from experiments import aggregate, plots
+from lasp_jax import config_lib, train
+from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("scale", "small", ["small", "paper", "tiny"], "Grid scale (tiny: smoke tests only).")
+flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).")
+flags.DEFINE_string("results", "results", "Output root.")
+flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
+flags.DEFINE_list("memories", ["200", "500"], "Memory sizes of the Table 1 grid.")
+
+METHODS = ("co2l", "sd", "gm", "sd_gm")
+
+
+def dataset_configs(scale: str) -> dict:
+  """Column group -> a get_config() for that dataset at this scale."""
+  from configs import cifar10, mnist5k, mnist5k_rot, rmnist, tinyimagenet  # pylint: disable=g-import-not-at-top
+  if scale == "paper":
+    return {"cifar10": cifar10.get_config, "tiny": tinyimagenet.get_config, "rmnist": rmnist.get_config}
+  if scale == "tiny":  # seconds per run: for the smoke tests of this script
+    from configs import tiny  # pylint: disable=g-import-not-at-top
+
+    def tiny_split():
+      c = tiny.get_config()
+      c.data.num_tasks = 2
+      return c
+    return {"cifar10": tiny_split}
+
+  def small_split():
+    c = mnist5k.get_config()
+    c.model.width, c.train.epochs_first, c.train.epochs, c.eval.epochs = 0.5, 5, 2, 30
+    return c
+
+  def small_rot():
+    c = mnist5k_rot.get_config()
+    c.model.width, c.train.epochs_first, c.train.epochs, c.eval.epochs = 0.5, 2, 1, 20
+    return c
+
+  # Split-MNIST5k stands in for both class-incremental columns at the small scale.
+  return {"cifar10": small_split, "rmnist": small_rot}
+
+
+def make_config(base, **overrides):
+  c = base()
+  c.progress = False
+  for key, value in overrides.items():
+    node = c
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = value
+  if c.method == "co2l" and c.dataset == "tiny_imagenet" and "model.embedding_dim" not in overrides:
+    c.model.embedding_dim = 128  # the published Co2L baseline on Tiny-ImageNet
+  return c
+
+
+def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
+  """Runs (or skips, or resumes) every config; returns one record per run."""
+  records = []
+  for tags, config in configs:
+    wd = exp_dir / "runs" / f"{config.dataset}_{config.method}_{config_lib.config_hash(config)}"
+    done = wd / "results.json"
+    try:
+      if done.exists():
+        res = json.loads(done.read_text())
+      else:
+        res = train.ContinualRun(config, wd, on_task_end=on_task_end).run()
+      plots.run_plots(res, wd)
+      records.append({**tags, "workdir": str(wd), "results": res})
+    except Exception as e:  # pylint: disable=broad-except  (a failed run must not stop the grid)
+      print(f"run FAILED {tags} in {wd}: {e}")
+      (wd / "FAILED.txt").parent.mkdir(parents=True, exist_ok=True)
+      (wd / "FAILED.txt").write_text(traceback.format_exc())
+      records.append({**tags, "workdir": str(wd), "error": str(e)})
+  return records
+
+
+def _metric(record, group, metric):
+  res = record.get("results")
+  return None if res is None else res["final"].get(metric)
+
+
+def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
+  groups = dataset_configs(scale)
+  grid = [({"memory": m, "method": meth, "group": g, "seed": s},
+           make_config(base, method=meth, seed=s, **{"memory.size": m}))
+          for m in memories for meth in methods for g, base in groups.items() for s in range(seeds)]
+  records = run_grid(out, grid)
+  cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il"),
+          ("rmnist", "domain_il")]
+  names = {"cifar10": "SplitCIFAR10", "tiny": "SplitTinyImageNet", "rmnist": "R-MNIST"}
+  if scale == "small":
+    names = {"cifar10": "Split-MNIST5k (vs SplitCIFAR10)", "tiny": "SplitTinyImageNet", "rmnist": "Rot-MNIST5k (vs R-MNIST)"}
+  header = ["Memory", "Method"] + [f"{names[g]} {m}" for g, m in cols]
+  rows = []
+  for mem in memories:
+    for meth in methods:
+      row = [mem, meth]
+      for g, m in cols:
+        vals = [_metric(r, g, m) for r in records if r["memory"] == mem and r["method"] == meth and r["group"] == g]
+        paper = aggregate.PAPER_TABLE1.get((mem, meth), {}).get(f"{g}/{m}")
+        row.append(aggregate.cell(aggregate.mean_std(vals), paper))
+      rows.append(row)
+  return header, rows, records
+
+
+def table2(scale, seeds, out):
+  groups = {k: v for k, v in dataset_configs(scale).items() if k in ("cifar10", "tiny")}
+  grid = [({"srs": srs, "group": g, "seed": s},
+           make_config(base, method="sd", seed=s, **{"memory.size": 500, "lasp.srs_data": srs}))
+          for srs in ("onlypast", "combined", "onlycurrent") for g, base in groups.items() for s in range(seeds)]
+  records = run_grid(out, grid)
+  cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il")]
+  header = ["Setting"] + [f"{g} {m}" for g, m in cols]
+  rows = []
+  for srs in ("onlypast", "combined", "onlycurrent"):
+    row = [srs]
+    for g, m in cols:
+      vals = [_metric(r, g, m) for r in records if r["srs"] == srs and r["group"] == g]
+      row.append(aggregate.cell(aggregate.mean_std(vals), aggregate.PAPER_TABLE2[srs].get(f"{g}/{m}")))
+    rows.append(row)
+  return header, rows, records
+
+
+def embedding(scale, seeds, out):
+  base = dataset_configs(scale)["cifar10"]
+  dims = {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 32, 64, 128), "tiny": (4, 16)}[scale]
+  grid = [({"method": meth, "dim": d, "seed": s}, make_config(base, method=meth, seed=s, **{"model.embedding_dim": d}))
+          for meth in ("co2l", "sd") for d in dims for s in range(seeds)]
+  records = run_grid(out, grid)
+  header = ["Method"] + [f"D={d} class_il" for d in dims]
+  rows = []
+  series = {}
+  for meth in ("co2l", "sd"):
+    stats = [aggregate.mean_std([_metric(r, "cifar10", "class_il") for r in records
+                                 if r["method"] == meth and r["dim"] == d]) for d in dims]
+    series[meth] = stats
+    rows.append([meth] + [aggregate.cell(s) for s in stats])
+  plots.embedding_sweep(dims, series, out / "embedding_sweep.png")
+  return header, rows, records
+
+
+def table3(scale, seeds, out):
+  from experiments import subsets  # pylint: disable=g-import-not-at-top
+  base = dataset_configs(scale)["cifar10"]
+  hook = lambda run, t: {"subsets": subsets.boundary_table(run, t)} if t < run.stream.num_tasks - 1 else {}
+  grid = [({"seed": s}, make_config(base, method="co2l", seed=s, **{"eval.every_task": False}))
+          for s in range(seeds)]
+  records = run_grid(out, grid, on_task_end=hook)
+  tasks = range(max(1, records[0]["results"]["num_tasks"] - 1) if records and "results" in records[0] else 4)
+  header = [""] + [f"Task {t + 1}" for t in tasks]
+  rows = []
+  for label, part, stat in (("Mean subset accuracy on past tasks", "past", "mean"),
+                            ("Mean subset accuracy on future tasks", "future", "mean"),
+                            ("Std of subset accuracy on past tasks", "past", "std"),
+                            ("Std of subset accuracy on future tasks", "future", "std")):
+    row = [label]
+    for t in tasks:
+      vals = [e["subsets"][part][stat] for r in records if "results" in r for e in r["results"]["extra"]
+              if e["task"] == t and "subsets" in e and part in e["subsets"]]
+      paper = aggregate.PAPER_TABLE3[f"{part}_{stat}"]
+      row.append(aggregate.cell(aggregate.mean_std(vals), paper[t] if t < len(paper) else None))
+    rows.append(row)
+  return header, rows, records
+
+
+EXPERIMENTS = {"table1": table1, "table2": table2, "embedding": embedding, "table3": table3}
+
+
+def run_experiment(name: str, scale: str, seeds: int, root: str, **grid) -> pathlib.Path:
+  """Runs one experiment's grid and writes its tables; ``grid`` narrows Table 1."""
+  out = pathlib.Path(root) / name / scale
+  out.mkdir(parents=True, exist_ok=True)
+  header, rows, records = EXPERIMENTS[name](scale, seeds, out, **(grid if name == "table1" else {}))
+  failed = [r for r in records if "error" in r]
+  note = f"\n\n{len(records) - len(failed)} runs, {len(failed)} failed; mean (sample std) over {seeds} seeds.\n"
+  write_text_atomic(out / "table.md", f"# {name} ({scale})\n\n" + aggregate.markdown_table(header, rows) + note)
+  write_text_atomic(out / "table.csv", aggregate.csv_table(header, rows))
+  write_json_atomic(out / "runs.json", [{k: v for k, v in r.items() if k != "results"} |
+                                        {"final": r.get("results", {}).get("final")} for r in records])
+  print((out / "table.md").read_text())
+  return out
+
+
+def main(argv):
+  names = list(EXPERIMENTS) if argv[1:] == ["all"] else argv[1:]
+  unknown = [n for n in names if n not in EXPERIMENTS]
+  if not names or unknown:
+    raise app.UsageError(f"name one or more of {list(EXPERIMENTS)} or 'all' (unknown: {unknown})")
+  for name in names:
+    run_experiment(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, methods=tuple(FLAGS.methods),
+                   memories=tuple(int(m) for m in FLAGS.memories))
+
+
+if __name__ == "__main__":
+  app.run(main)

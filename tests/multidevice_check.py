@@ -1,0 +1,45 @@
+"""Run under XLA_FLAGS=--xla_force_host_platform_device_count=4 by test_multidevice.py.
+
+Trains the same chunk of steps, runs the mask search and the probe on a 1-device
+mesh and on a 4-device ("data",) mesh, and saves both results for comparison.
+"""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lasp_jax import lookahead, train
+from lasp_jax.steps import Batch, PastModel, epoch_batches
+from tests.conftest import tiny_config
+
+
+def run_on(devices, workdir):
+  config = tiny_config(**{"data.num_tasks": 2, "model.name": "resnet18", "model.width": 0.0625,
+                          "model.num_blocks": (1, 1, 1, 1), "train.batch_size": 16, "train.steps_per_call": 2,
+                          "augment.size": 28})
+  run = train.ContinualRun(config, workdir, devices=devices)
+  pool = train.training_pool(run.stream, run.memory, 0)
+  b = epoch_batches(pool, 16, 2, np.random.default_rng(0))
+  past = PastModel(*jax.tree.map(lambda x: x * 0.95, (run.state.params, run.state.batch_stats)))
+  chunk = Batch(*[jax.device_put(f[0], run.batch_sharding) for f in b])
+  state, metrics = run.chunk_fn(run.state, past, jnp.ones(16, bool), run.data, chunk, jnp.full(2, 0.05))
+  run.state = state
+  rows = lookahead.lookahead_rows(pool, pool, "onlycurrent", 16, np.random.default_rng(1))
+  res = lookahead.boundary(jax.random.PRNGKey(0), run.model, state.variables(), run.data,
+                           jax.tree.map(jnp.asarray, rows), aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg,
+                           lasp_cfg=config.lasp, num_classes=10, need_gamma=True)
+  run.evaluate(0)
+  flat = {f"p{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.params))}
+  flat.update({f"s{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.batch_stats))})
+  flat.update({f"g{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(res.gamma))})
+  return dict(flat, metrics=np.asarray(metrics), mask=res.mask, acc=np.asarray(run.host["acc"]["class_il"][0][0]))
+
+
+if __name__ == "__main__":
+  assert jax.device_count() == 4, jax.devices()
+  one = run_on(jax.devices()[:1], sys.argv[1] + "/one")
+  four = run_on(jax.devices(), sys.argv[1] + "/four")
+  np.savez(sys.argv[1] + "/out.npz", **{f"one_{k}": v for k, v in one.items()},
+           **{f"four_{k}": v for k, v in four.items()})

@@ -1,0 +1,42 @@
+"""Experiment aggregation against hand-computed values, and a smoke run of each experiment."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import aggregate, run
+
+
+def test_mean_std_and_cells():
+  m, s, n = aggregate.mean_std([70.0, 72.0, None, 74.0])
+  assert (m, n) == (72.0, 3) and s == pytest.approx(2.0)  # sample std of 70, 72, 74
+  assert aggregate.mean_std([None]) == (None, None, 0)
+  assert aggregate.cell((72.0, 2.0, 3), (73.72, 0.52)) == "72.00 (2.00) [paper 73.72; Δ -1.72]"
+  assert aggregate.cell((None, None, 0)) == "–"
+
+
+def test_markdown_and_csv_layout():
+  md = aggregate.markdown_table(["a", "b"], [[1, "x, y"]])
+  assert md.splitlines() == ["| a | b |", "|---|---|", "| 1 | x, y |"]
+  assert aggregate.csv_table(["a", "b"], [[1, "x, y"]]) == 'a,b\n1,"x, y"\n'
+
+
+@pytest.mark.parametrize("name", ["table1", "table2", "embedding", "table3"])
+def test_each_experiment_smoke(tmp_path, name):
+  grid = dict(methods=("sd",), memories=(40,)) if name == "table1" else {}
+  out = run.run_experiment(name, "tiny", 1, str(tmp_path), **grid)
+  table = (out / "table.md").read_text()
+  assert "0 failed" in table
+  assert (out / "table.csv").exists()
+  runs = json.loads((out / "runs.json").read_text())
+  assert runs and all("error" not in r for r in runs)
+  for r in runs:
+    assert (tmp_path.joinpath(r["workdir"]) if not r["workdir"].startswith("/") else
+            __import__("pathlib").Path(r["workdir"])).joinpath("acc_matrix.png").exists()
+  if name == "embedding":
+    assert (out / "embedding_sweep.png").exists()
+  if name == "table3":
+    assert "Mean subset accuracy on past tasks" in table and "–" not in table.splitlines()[2]
+  again = run.run_experiment(name, "tiny", 1, str(tmp_path), **grid)  # finished runs are skipped
+  assert (again / "table.md").read_text() == table

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import signal
+import sys
 import time
 from typing import Any, Optional
 
@@ -211,7 +212,8 @@ class ContinualRun:
       self.state = self.state.replace(opt_state=modulation.set_salience(self.state.opt_state, res.gamma))
     self.host["boundaries"].append(dict(task=t, **res.info))
     if res.info["sd_fallback_to_full_ird"] and config_lib.uses_sd(c):
-      tqdm.tqdm.write(f"task {t}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to full IRD")
+      tqdm.tqdm.write(f"task {t}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to full IRD",
+                      file=sys.stderr)
 
   def epochs_of(self, t: int) -> int:
     return self.config.train.epochs_first if t == 0 else self.config.train.epochs
@@ -323,7 +325,8 @@ class ContinualRun:
     checkpoint.write_json_atomic(self.workdir / "config.json", config_lib.flat(self.config))
     if resumed:
       p = self.host["progress"]
-      tqdm.tqdm.write(f"resuming {self.workdir}: task {p['task']}, epoch {p['epoch']}, chunk {p['call']}")
+      tqdm.tqdm.write(f"resuming {self.workdir}: task {p['task']}, epoch {p['epoch']}, chunk {p['call']}",
+                      file=sys.stderr)
     try:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       self.writer = SummaryWriter(str(self.workdir / "tensorboard"))

@@ -15,7 +15,9 @@ from lasp_jax.steps import Batch, PastModel, epoch_batches
 from tests.conftest import tiny_config
 
 
-def run_on(devices, workdir):
+def run_on(devices, workdir, reference_state=None):
+  """Trains one chunk; then (from ``reference_state`` if given, so that both meshes
+  start from identical weights) runs the mask search, EB and the probe."""
   config = tiny_config(**{"data.num_tasks": 2, "model.name": "resnet18", "model.width": 0.0625,
                           "model.num_blocks": (1, 1, 1, 1), "train.batch_size": 16, "train.steps_per_call": 2,
                           "augment.size": 28})
@@ -25,21 +27,26 @@ def run_on(devices, workdir):
   past = PastModel(*jax.tree.map(lambda x: x * 0.95, (run.state.params, run.state.batch_stats)))
   chunk = Batch(*[jax.device_put(f[0], run.batch_sharding) for f in b])
   state, metrics = run.chunk_fn(run.state, past, jnp.ones(16, bool), run.data, chunk, jnp.full(2, 0.05))
+  trained = jax.tree.map(np.asarray, state)
+  # The search (lr 100, 50 steps) amplifies float-rounding differences of the
+  # weights; compare it, EB and the probe from the same weights on both meshes.
+  state = jax.device_put(reference_state if reference_state is not None else trained, run.replicated)
   run.state = state
   rows = lookahead.lookahead_rows(pool, pool, "onlycurrent", 16, np.random.default_rng(1))
   res = lookahead.boundary(jax.random.PRNGKey(0), run.model, state.variables(), run.data,
                            jax.tree.map(jnp.asarray, rows), aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg,
                            lasp_cfg=config.lasp, num_classes=10, need_gamma=True)
   run.evaluate(0)
-  flat = {f"p{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.params))}
-  flat.update({f"s{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.batch_stats))})
+  flat = {f"p{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.params))}
+  flat.update({f"s{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.batch_stats))})
   flat.update({f"g{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(res.gamma))})
-  return dict(flat, metrics=np.asarray(metrics), mask=res.mask, acc=np.asarray(run.host["acc"]["class_il"][0][0]))
+  return dict(flat, metrics=np.asarray(metrics), mask=res.mask,
+              acc=np.asarray(run.host["acc"]["class_il"][0][0])), trained
 
 
 if __name__ == "__main__":
   assert jax.device_count() == 4, jax.devices()
-  one = run_on(jax.devices()[:1], sys.argv[1] + "/one")
-  four = run_on(jax.devices(), sys.argv[1] + "/four")
+  one, trained = run_on(jax.devices()[:1], sys.argv[1] + "/one")
+  four, _ = run_on(jax.devices(), sys.argv[1] + "/four", reference_state=trained)
   np.savez(sys.argv[1] + "/out.npz", **{f"one_{k}": v for k, v in one.items()},
            **{f"four_{k}": v for k, v in four.items()})

@@ -243,3 +243,15 @@ def test_impossible_memory_sizes():
   with pytest.raises(ConfigError, match="must be >= 8"):
     M.check_capacity(5, 8)
   M.check_capacity(8, 8)
+
+
+def test_inspect_command_prints_split_and_writes_png(tmp_path):
+  import subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  out = subprocess.run([sys.executable, "-m", "lasp_jax.data.inspect", "--config=configs/tiny.py",
+                        f"--out={tmp_path / 'views.png'}", "--pairs=8"], cwd=repo, capture_output=True,
+                       text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "task 4: classes [8, 9]" in out.stdout and "memory per class" in out.stdout
+  img = Image.open(tmp_path / "views.png")
+  assert img.size[0] > 100 and img.size[1] > 50

@@ -42,7 +42,7 @@ def reference(tmp_path_factory):
   return json.loads((wd / "results.json").read_text()), cache
 
 
-@pytest.mark.parametrize("fault", ["step:1:0:2", "probe:1"])
+@pytest.mark.parametrize("fault", ["step:1:0:8", "probe:1"])
 def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
   expected, cache = reference
   killed = main(tmp_path, fault=fault, cache=cache)

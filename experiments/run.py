@@ -66,14 +66,7 @@ def dataset_configs(scale: str) -> dict:
 
 
 def make_config(base, **overrides):
-  c = base()
-  c.progress = False
-  for key, value in overrides.items():
-    node = c
-    *path, last = key.split(".")
-    for p in path:
-      node = node[p]
-    node[last] = value
+  c = config_lib.override(base(), progress=False, **overrides)
   if c.method == "co2l" and c.dataset == "tiny_imagenet" and "model.embedding_dim" not in overrides:
     c.model.embedding_dim = 128  # the published Co2L baseline on Tiny-ImageNet
   return c

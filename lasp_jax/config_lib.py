@@ -58,6 +58,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
 
 
+def override(config, **dotted):
+  """Sets ``{"a.b": value}`` keys on a ConfigDict in place and returns it."""
+  for key, value in dotted.items():
+    node = config
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = value
+  return config
+
+
 def ird_weight(config) -> float:
   w = config.train.ird_weight
   return DEFAULT_IRD_WEIGHT[config.method] if w is None or w < 0 else float(w)

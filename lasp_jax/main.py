@@ -11,6 +11,7 @@ from lasp_jax.errors import LaspError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default: a new folder under runs/).")
+_MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (one process per host).")
 
 
 def default_workdir(config) -> str:
@@ -40,6 +41,9 @@ def parse_flags(argv):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
+  if _MULTIHOST.value:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
   from lasp_jax import train  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
   try:
     config = _CONFIG.value

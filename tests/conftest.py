@@ -36,20 +36,19 @@ def golden_params(family: str):
 def tiny_config(**overrides):
   """configs/tiny.py with dotted-key overrides, e.g. tiny_config(**{"data.num_tasks": 2})."""
   from configs import tiny  # pylint: disable=g-import-not-at-top
-  config = tiny.get_config()
-  for key, value in overrides.items():
-    node = config
-    *path, last = key.split(".")
-    for p in path:
-      node = node[p]
-    node[last] = value
-  return config
+  from lasp_jax.config_lib import override  # pylint: disable=g-import-not-at-top
+  return override(tiny.get_config(), **overrides)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache(tmp_path_factory):
   """Share compiled programs between the many small runs of the suite."""
   import jax  # pylint: disable=g-import-not-at-top
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+  # One cache for every xdist worker and for the subprocesses the tests start.
+  cache = tmp_path_factory.getbasetemp().parent / "jax_cache"
+  cache.mkdir(exist_ok=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+  jax.config.update("jax_compilation_cache_dir", str(cache))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
   yield

@@ -255,3 +255,21 @@ def test_inspect_command_prints_split_and_writes_png(tmp_path):
   assert "task 4: classes [8, 9]" in out.stdout and "memory per class" in out.stdout
   img = Image.open(tmp_path / "views.png")
   assert img.size[0] > 100 and img.size[1] > 50
+
+
+def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
+  import tarfile  # pylint: disable=import-outside-toplevel
+  from lasp_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  src = tmp_path / "cifar-10-batches-bin"
+  src.mkdir()
+  (src / "readme.html").write_text("x")
+  archive = tmp_path / "cifar-10-binary.tar.gz"
+  with tarfile.open(archive, "w:gz") as t:
+    t.add(src, arcname="cifar-10-batches-bin")
+  out = tmp_path / "out"
+  out.mkdir()
+  prepare.verify(archive, sources.file_digest(archive, "md5"))
+  prepare.unpack(archive, out)
+  assert (out / "cifar-10-batches-bin" / "readme.html").read_text() == "x"
+  with pytest.raises(DataError, match="md5"):
+    prepare.verify(archive, "0" * 32)

@@ -14,13 +14,11 @@ ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train
 TIMING = {"wall_time_s", "search_s", "eb_s"}
 
 
-def main(workdir, *extra, fault=None, cache=None):
+def main(workdir, *extra, fault=None):
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   env.pop("LASP_FAULT", None)
   if fault:
     env["LASP_FAULT"] = fault
-  if cache:
-    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
   return subprocess.run([sys.executable, "-m", "lasp_jax.main", f"--workdir={workdir}", *ARGS, *extra],
                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
@@ -35,20 +33,19 @@ def strip_timing(obj):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-  cache = tmp_path_factory.mktemp("cache")
   wd = tmp_path_factory.mktemp("uninterrupted")
-  out = main(wd, cache=cache)
+  out = main(wd)
   assert out.returncode == 0, out.stderr[-3000:]
-  return json.loads((wd / "results.json").read_text()), cache
+  return json.loads((wd / "results.json").read_text())
 
 
 @pytest.mark.parametrize("fault", ["step:1:0:8", "probe:1"])
 def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
-  expected, cache = reference
-  killed = main(tmp_path, fault=fault, cache=cache)
+  expected = reference
+  killed = main(tmp_path, fault=fault)
   assert killed.returncode == -9  # SIGKILL
   assert not (tmp_path / "results.json").exists()
-  resumed = main(tmp_path, cache=cache)
+  resumed = main(tmp_path)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert "resuming" in resumed.stderr
   got = json.loads((tmp_path / "results.json").read_text())
@@ -56,17 +53,16 @@ def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
 
 
 def test_resume_with_different_config_is_refused(reference, tmp_path):
-  _, cache = reference
-  killed = main(tmp_path, fault="probe:0", cache=cache)
+  killed = main(tmp_path, fault="probe:0")
   assert killed.returncode == -9
-  out = main(tmp_path, "--config.train.lr=0.2", cache=cache)
+  out = main(tmp_path, "--config.train.lr=0.2")
   assert out.returncode == 2
   assert "differs in: train.lr" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_same_seed_same_results_different_seed_differs(reference, tmp_path):
-  expected, cache = reference
-  out = main(tmp_path, "--config.seed=1", cache=cache)
+  expected = reference
+  out = main(tmp_path, "--config.seed=1")
   assert out.returncode == 0, out.stderr[-3000:]
   other = json.loads((tmp_path / "results.json").read_text())
   assert other["curves"][0]["loss"] != expected["curves"][0]["loss"]

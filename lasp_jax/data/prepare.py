@@ -9,7 +9,6 @@ needed. Nothing in training or tests ever downloads.
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
 import shutil
 import tarfile
@@ -18,6 +17,7 @@ import zipfile
 
 from absl import app, flags
 
+from lasp_jax.data.sources import file_digest
 from lasp_jax.errors import DataError
 
 ARCHIVES = {
@@ -31,16 +31,8 @@ ARCHIVES = {
 }
 
 
-def md5sum(path: pathlib.Path) -> str:
-  h = hashlib.md5()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def verify(path: pathlib.Path, md5: str) -> None:
-  got = md5sum(path)
+  got = file_digest(path, "md5")
   if got != md5:
     raise DataError(f"{path}: md5 {got} != expected {md5} (incomplete download?); delete it and retry")
 

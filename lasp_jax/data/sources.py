@@ -241,8 +241,9 @@ TINY_LAYOUT = ("tiny-imagenet-200/ with wnids.txt, train/<wnid>/images/*.JPEG an
                "val/val_annotations.txt + val/images/*.JPEG")
 
 
-def _sha256(path: pathlib.Path) -> str:
-  h = hashlib.sha256()
+def file_digest(path: pathlib.Path, algorithm: str = "sha256") -> str:
+  """Hex digest of a file, read in 1 MiB chunks."""
+  h = hashlib.new(algorithm)
   with open(path, "rb") as f:
     for chunk in iter(lambda: f.read(1 << 20), b""):
       h.update(chunk)
@@ -282,7 +283,7 @@ def load_tiny_imagenet(data_dir=None, **_) -> ArrayDataset:
   root = base / "tiny-imagenet-200"
   cache, digest = base / "tiny-imagenet-200.npz", base / "tiny-imagenet-200.npz.sha256"
   if cache.exists():
-    if not digest.exists() or digest.read_text().split()[0] != _sha256(cache):
+    if not digest.exists() or digest.read_text().split()[0] != file_digest(cache):
       raise DataError(f"cache {cache} does not match its checksum {digest} (truncated or corrupted?); "
                       "delete both files to rebuild it from tiny-imagenet-200/")
     with np.load(cache, allow_pickle=False) as z:
@@ -295,7 +296,7 @@ def load_tiny_imagenet(data_dir=None, **_) -> ArrayDataset:
   tmp = cache.with_suffix(".tmp.npz")
   np.savez_compressed(tmp, train_images=tx, train_labels=ty, test_images=vx, test_labels=vy, num_classes=n)
   os.replace(tmp, cache)
-  digest.write_text(_sha256(cache) + "\n")
+  digest.write_text(file_digest(cache) + "\n")
   return ArrayDataset("tiny_imagenet", tx, ty, vx, vy, n)
 
 

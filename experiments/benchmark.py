@@ -123,12 +123,35 @@ def bench_probe_and_task(repeats):
   t = time.perf_counter()
   run.evaluate(0)
   probe_warm = time.perf_counter() - t
+  host = host_overhead(run)
   return [dict(component="task 0 of configs/mnist5k.py", shape=f"{config.train.epochs_first} epochs, 800 samples",
                compile_s=round(task_s - task_warm, 2), median_s=round(task_warm, 2),
                throughput=f"{config.train.epochs_first * 800 / task_warm:.0f} samples/s"),
           dict(component="linear probe (cached features)", shape=f"{config.eval.epochs} epochs",
                compile_s=round(probe_s - probe_warm, 2), median_s=round(probe_warm, 3),
-               throughput=f"{probe_warm / config.eval.epochs * 1000:.1f} ms/epoch")]
+               throughput=f"{probe_warm / config.eval.epochs * 1000:.1f} ms/epoch"),
+          host]
+
+
+def host_overhead(run):
+  """Python/dispatch time of one compiled chunk call against its device time."""
+  from lasp_jax import steps  # pylint: disable=g-import-not-at-top
+  from lasp_jax.train import training_pool  # pylint: disable=g-import-not-at-top
+  pool = training_pool(run.stream, run.memory, 0)
+  b = steps.epoch_batches(pool, run.config.train.batch_size, run.config.train.steps_per_call,
+                          np.random.default_rng(0))
+  mask = jnp.ones(run.config.model.embedding_dim, bool)
+  lr = jnp.full((run.config.train.steps_per_call,), 0.01)
+  chunk = lambda: steps.Batch(*[jax.device_put(f[0], run.batch_sharding) for f in b])
+  run.state, m = run.chunk_fn(run.state, None, mask, run.data, chunk(), lr)  # the state is donated
+  jax.block_until_ready(m)
+  t = time.perf_counter()
+  run.state, m = run.chunk_fn(run.state, None, mask, run.data, chunk(), lr)
+  dispatch = time.perf_counter() - t
+  jax.block_until_ready(m)
+  total = time.perf_counter() - t
+  return dict(component="host time per compiled chunk", shape=f"{run.config.train.steps_per_call} steps",
+              median_s=round(total, 4), throughput=f"host {100 * dispatch / total:.2f}% of the chunk")
 
 
 def main(argv):

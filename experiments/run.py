@@ -142,7 +142,7 @@ def table2(scale, seeds, out):
 
 def embedding(scale, seeds, out):
   base = dataset_configs(scale)["cifar10"]
-  dims = {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 32, 64, 128), "tiny": (4, 16)}[scale]
+  dims = {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 32, 64, 128), "tiny": (8,)}[scale]
   grid = [({"method": meth, "dim": d, "seed": s}, make_config(base, method=meth, seed=s, **{"model.embedding_dim": d}))
           for meth in ("co2l", "sd") for d in dims for s in range(seeds)]
   records = run_grid(out, grid)

@@ -152,8 +152,9 @@ def build_model(config) -> ContrastiveModel:
   m = config.model
   dtype = jnp.dtype(config.get("compute_dtype", "float32"))
   if m.name == "resnet18":
-    widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))
-    encoder = ResNet(tuple(m.get("num_blocks", (2, 2, 2, 2))), widths, dtype=dtype)
+    blocks = tuple(m.get("num_blocks", (2, 2, 2, 2)))
+    widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))[:len(blocks)]
+    encoder = ResNet(blocks, widths, dtype=dtype)
     feat_dim = widths[-1]
   elif m.name == "mnistnet":
     encoder = MnistNet(m.width, dtype=dtype)

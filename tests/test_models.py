@@ -47,6 +47,11 @@ def test_pytorch_equivalent_init_statistics():
 def test_width_multiplier_and_build_model():
   c = tiny_config(**{"model.name": "resnet18", "model.width": 0.125})
   m = models.build_model(c)
-  v = m.init(jax.random.PRNGKey(0), jnp.zeros((2, 28, 28, 1)), train=False)
+  v = jax.eval_shape(lambda: m.init(jax.random.PRNGKey(0), jnp.zeros((2, 28, 28, 1)), train=False))
   assert v["params"]["encoder"]["conv1"]["kernel"].shape == (3, 3, 1, 8)
   assert models.feature_dim(m) == 64
+  c.model.num_blocks = (1, 1)  # two stages: the head follows the last stage's width
+  m = models.build_model(c)
+  feats, z = jax.eval_shape(lambda x: m.apply(m.init(jax.random.PRNGKey(0), x, train=False), x, train=False),
+                            jnp.zeros((2, 28, 28, 1)))
+  assert feats.shape == (2, 16) and models.feature_dim(m) == 16

@@ -20,6 +20,7 @@ import numpy as np
 from absl import app, flags
 
 from lasp_jax import losses, mask_search, salience
+from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
 
 FLAGS = flags.FLAGS
@@ -29,6 +30,7 @@ flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
 flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
 flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task.")
+flags.DEFINE_enum("conv", "auto", ["auto", "xla", "matmul"], "Convolution gradients (see lasp_jax/conv.py).")
 
 
 def timed(fn, *args, repeats=3):
@@ -45,7 +47,8 @@ def timed(fn, *args, repeats=3):
 
 
 def resnet(dtype=jnp.float32):
-  return ContrastiveModel(ResNet(dtype=dtype), ProjectionHead(512, 128, True, dtype=dtype))
+  conv_fn = conv_for_backend(FLAGS.conv)
+  return ContrastiveModel(ResNet(dtype=dtype, conv_fn=conv_fn), ProjectionHead(512, 128, True, dtype=dtype))
 
 
 def bench_step(batch, dtype, repeats):
@@ -70,7 +73,7 @@ def bench_step(batch, dtype, repeats):
     return optax.apply_updates(params, u), upd["batch_stats"], opt, loss
 
   first, med = timed(step, v["params"], v["batch_stats"], opt, x, repeats=repeats)
-  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name}", shape=f"batch {batch} (x2 views) 32x32",
+  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name} conv={FLAGS.conv}", shape=f"batch {batch} (x2 views) 32x32",
               compile_s=round(first - med, 3), median_s=round(med, 4), throughput=f"{batch / med:.1f} samples/s")
 
 

@@ -30,6 +30,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.num_blocks = (2, 2, 2, 2)
   c.model.embedding_dim = 128
   c.model.normalize_embedding = True
+  c.model.conv_backward = "auto"  # auto (matmul gradients on CPU, XLA's elsewhere) | matmul | xla
   c.model.past_bn = "batch"      # past model BN: batch (train-mode stats, Co2L) | running (eval mode, LASP release)
 
   c.augment = ml_collections.ConfigDict()

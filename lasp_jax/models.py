@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lasp_jax.conv import conv_for_backend
 from lasp_jax.losses import l2_normalize
 
 Dtype = Any
@@ -64,10 +65,12 @@ class BasicBlock(nn.Module):
   features: int
   strides: int = 1
   dtype: Dtype = jnp.float32
+  conv_fn: Any = None  # lax.conv_general_dilated stand-in (see conv.py); None = XLA's
 
   @nn.compact
   def __call__(self, x, train: bool, mask=None):
-    conv = functools.partial(nn.Conv, use_bias=False, kernel_init=resnet_conv_init, dtype=self.dtype)
+    conv = functools.partial(nn.Conv, use_bias=False, kernel_init=resnet_conv_init, dtype=self.dtype,
+                             conv_general_dilated=self.conv_fn)
     y = conv(self.features, (3, 3), self.strides, padding=1, name="conv1")(x)
     y = nn.relu(batch_norm(train, "bn1", self.dtype)(y, mask=mask))
     y = conv(self.features, (3, 3), 1, padding=1, name="conv2")(y)
@@ -86,18 +89,19 @@ class ResNet(nn.Module):
   num_blocks: Sequence[int] = (2, 2, 2, 2)
   widths: Sequence[int] = (64, 128, 256, 512)
   dtype: Dtype = jnp.float32
+  conv_fn: Any = None
 
   @nn.compact
   def __call__(self, x, train: bool = True, mask=None):
     """``mask`` (N,) bool: rows that enter the BatchNorm statistics (padding excluded)."""
     mask = None if mask is None else mask[:, None, None, None]
     x = nn.Conv(self.widths[0], (3, 3), 1, padding=1, use_bias=False, kernel_init=resnet_conv_init,
-                dtype=self.dtype, name="conv1")(x)
+                dtype=self.dtype, conv_general_dilated=self.conv_fn, name="conv1")(x)
     x = nn.relu(batch_norm(train, "bn1", self.dtype)(x, mask=mask))
     for stage, (blocks, width) in enumerate(zip(self.num_blocks, self.widths)):
       for b in range(blocks):
         strides = 2 if (stage > 0 and b == 0) else 1
-        x = BasicBlock(width, strides, self.dtype, name=f"layer{stage + 1}_{b}")(x, train, mask)
+        x = BasicBlock(width, strides, self.dtype, self.conv_fn, name=f"layer{stage + 1}_{b}")(x, train, mask)
     return GlobalAvgPool(name="pool")(x)
 
 
@@ -105,6 +109,7 @@ class MnistNet(nn.Module):
   """The R-MNIST encoder: conv5x5(20)-pool-conv5x5(50)-pool-fc(500), no BatchNorm."""
   width: float = 1.0
   dtype: Dtype = jnp.float32
+  conv_fn: Any = None
 
   @nn.compact
   def __call__(self, x, train: bool = True, mask=None):
@@ -113,7 +118,8 @@ class MnistNet(nn.Module):
     for name, ch in (("conv1", c1), ("conv2", c2)):
       fan_in = x.shape[-1] * 25
       x = nn.Conv(ch, (5, 5), padding="VALID", kernel_init=torch_default_kernel_init,
-                  bias_init=torch_bias_init(fan_in), dtype=self.dtype, name=name)(x)
+                  bias_init=torch_bias_init(fan_in), dtype=self.dtype, conv_general_dilated=self.conv_fn,
+                  name=name)(x)
       x = nn.max_pool(nn.relu(x), (2, 2), (2, 2))
     x = x.reshape(x.shape[0], -1)
     return nn.relu(torch_dense(f, x.shape[-1], "fc", self.dtype)(x))
@@ -151,13 +157,14 @@ def build_model(config) -> ContrastiveModel:
   """Builds the model named by ``config.model`` (``resnet18`` or ``mnistnet``)."""
   m = config.model
   dtype = jnp.dtype(config.get("compute_dtype", "float32"))
+  conv_fn = conv_for_backend(m.get("conv_backward", "auto"))
   if m.name == "resnet18":
     blocks = tuple(m.get("num_blocks", (2, 2, 2, 2)))
     widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))[:len(blocks)]
-    encoder = ResNet(blocks, widths, dtype=dtype)
+    encoder = ResNet(blocks, widths, dtype=dtype, conv_fn=conv_fn)
     feat_dim = widths[-1]
   elif m.name == "mnistnet":
-    encoder = MnistNet(m.width, dtype=dtype)
+    encoder = MnistNet(m.width, dtype=dtype, conv_fn=conv_fn)
     feat_dim = max(1, int(round(500 * m.width)))
   else:
     raise ValueError(f"unknown model.name {m.name!r}; expected 'resnet18' or 'mnistnet'")

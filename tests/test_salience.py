@@ -4,7 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytest
+
 from lasp_jax import models, modulation, salience
+from lasp_jax.conv import matmul_grad_conv
 from tests.conftest import golden_params
 
 F32 = np.float32
@@ -92,8 +95,8 @@ def _nested(items):
   return tree
 
 
-def ebconv_model_and_variables(g):
-  model = models.ContrastiveModel(models.ResNet((1, 1), (4, 6)), models.ProjectionHead(6, 5, True))
+def ebconv_model_and_variables(g, conv_fn=None):
+  model = models.ContrastiveModel(models.ResNet((1, 1), (4, 6), conv_fn=conv_fn), models.ProjectionHead(6, 5, True))
   params, stats = [], []
   for key in g:
     if key.startswith("param__"):
@@ -103,9 +106,10 @@ def ebconv_model_and_variables(g):
 
 
 @golden_params("ebconv")
-def test_eb_resnet_golden(golden):
+@pytest.mark.parametrize("conv_fn", [None, matmul_grad_conv], ids=["xla_conv", "matmul_grad_conv"])
+def test_eb_resnet_golden(golden, conv_fn):
   g = golden
-  model, variables = ebconv_model_and_variables(g)
+  model, variables = ebconv_model_and_variables(g, conv_fn)
   x = jnp.asarray(g["x"].transpose(0, 2, 3, 1), F32)
   _, y = model.apply(variables, x, train=False)
   np.testing.assert_allclose(y, g["y"], rtol=1e-5, atol=1e-6)

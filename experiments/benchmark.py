@@ -17,7 +17,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from lasp_jax import losses, mask_search, salience
 from lasp_jax.conv import conv_for_backend
@@ -159,6 +159,7 @@ def host_overhead(run):
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)
   only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task"}
   batch = 32 if FLAGS.quick else FLAGS.batch
   eb_n = 64 if FLAGS.quick else FLAGS.eb_images

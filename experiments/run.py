@@ -21,7 +21,7 @@ import json
 import pathlib
 import traceback
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from experiments import aggregate, plots
 from lasp_jax import config_lib, train
@@ -201,6 +201,7 @@ def run_experiment(name: str, scale: str, seeds: int, root: str, **grid) -> path
 
 
 def main(argv):
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every checkpoint at INFO
   names = list(EXPERIMENTS) if argv[1:] == ["all"] else argv[1:]
   unknown = [n for n in names if n not in EXPERIMENTS]
   if not names or unknown:

@@ -111,21 +111,18 @@ def bench_probe_and_task(repeats):
   config = mnist5k.get_config()
   config.progress = False
   run = train.ContinualRun(config, tempfile.mkdtemp())
-  t = time.perf_counter()
-  run.train_task(0)
-  jax.block_until_ready(run.state.params)
-  task_s = time.perf_counter() - t
-  t = time.perf_counter()
-  run.evaluate(0)
-  probe_s = time.perf_counter() - t
-  run.host["progress"]["epoch"] = 0
-  t = time.perf_counter()
-  run.train_task(0)
-  jax.block_until_ready(run.state.params)
-  task_warm = time.perf_counter() - t
-  t = time.perf_counter()
-  run.evaluate(0)
-  probe_warm = time.perf_counter() - t
+
+  def wall(fn):
+    t = time.perf_counter()
+    fn()
+    jax.block_until_ready(run.state.params)
+    return time.perf_counter() - t
+
+  def task0():
+    run.host["progress"]["epoch"] = 0
+    run.train_task(0)
+
+  (task_s, probe_s), (task_warm, probe_warm) = [(wall(task0), wall(lambda: run.evaluate(0))) for _ in range(2)]
   host = host_overhead(run)
   return [dict(component="task 0 of configs/mnist5k.py", shape=f"{config.train.epochs_first} epochs, 800 samples",
                compile_s=round(task_s - task_warm, 2), median_s=round(task_warm, 2),

@@ -33,6 +33,7 @@ flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).")
 flags.DEFINE_string("results", "results", "Output root.")
 flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
 flags.DEFINE_list("memories", ["200", "500"], "Memory sizes of the Table 1 grid.")
+flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
 
 METHODS = ("co2l", "sd", "gm", "sd_gm")
 
@@ -81,6 +82,9 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
     try:
       if done.exists():
         res = json.loads(done.read_text())
+      elif FLAGS.is_parsed() and FLAGS.aggregate_only:
+        records.append({**tags, "workdir": str(wd), "error": "not run yet"})
+        continue
       else:
         res = train.ContinualRun(config, wd, on_task_end=on_task_end).run()
       plots.run_plots(res, wd)

@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import probe
 from lasp_jax.data import augment
 
 

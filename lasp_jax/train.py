@@ -14,7 +14,7 @@ import pathlib
 import signal
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp

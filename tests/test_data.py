@@ -1,7 +1,6 @@
 """Sources, streams and replay memory."""
 
 import gzip
-import io
 import pathlib
 import pickle
 import time

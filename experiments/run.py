@@ -24,7 +24,7 @@ import traceback
 from absl import app, flags, logging
 
 from experiments import aggregate, plots
-from lasp_jax import config_lib, train
+from lasp_jax import config_lib, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -33,6 +33,7 @@ flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).")
 flags.DEFINE_string("results", "results", "Output root.")
 flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
 flags.DEFINE_list("memories", ["200", "500"], "Memory sizes of the Table 1 grid.")
+flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
 
 METHODS = ("co2l", "sd", "gm", "sd_gm")
@@ -77,7 +78,10 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
   """Runs (or skips, or resumes) every config; returns one record per run."""
   records = []
   for tags, config in configs:
-    wd = exp_dir / "runs" / f"{config.dataset}_{config.method}_{config_lib.config_hash(config)}"
+    name = f"{config.dataset}_{config.method}_{config_lib.config_hash(config)}"
+    wd = exp_dir / "runs" / name
+    if on_task_end is None:  # a hook's extras are part of the result: never borrowed
+      wd = finished_elsewhere(exp_dir, name) or wd
     done = wd / "results.json"
     try:
       if done.exists():
@@ -95,6 +99,18 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
       (wd / "FAILED.txt").write_text(traceback.format_exc())
       records.append({**tags, "workdir": str(wd), "error": str(e)})
   return records
+
+
+def finished_elsewhere(exp_dir: pathlib.Path, name: str) -> pathlib.Path | None:
+  """The finished run of the same config (same hash) in any experiment of this scale, if one exists.
+
+  Table 2's `onlycurrent` row is Table 1's SD at memory 500 and the embedding
+  sweep's D=128 points are Table 1's memory-200 runs: each is trained once.
+  """
+  root, scale = exp_dir.parent.parent, exp_dir.name
+  for done in sorted(root.glob(f"*/{scale}/runs/{name}/results.json")):
+    return done.parent
+  return None
 
 
 def _metric(record, group, metric):
@@ -206,6 +222,7 @@ def run_experiment(name: str, scale: str, seeds: int, root: str, **grid) -> path
 
 def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax logs every checkpoint at INFO
+  xla_cache.enable(FLAGS.compile_cache)  # seeds and memory sizes share programs: compile once per grid
   names = list(EXPERIMENTS) if argv[1:] == ["all"] else argv[1:]
   unknown = [n for n in names if n not in EXPERIMENTS]
   if not names or unknown:

@@ -11,6 +11,8 @@ from lasp_jax.errors import LaspError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default: a new folder under runs/).")
+_CACHE = flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla",
+                             "Persistent XLA compilation cache ('' = off); reruns skip compilation.")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (one process per host).")
 
 
@@ -44,7 +46,8 @@ def main(argv):
   if _MULTIHOST.value:
     import jax  # pylint: disable=g-import-not-at-top
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
-  from lasp_jax import train  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
+  from lasp_jax import train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
+  xla_cache.enable(_CACHE.value)
   try:
     config = _CONFIG.value
     config.to_dict()  # config_flags defers a failed load until first use

@@ -39,3 +39,19 @@ def test_each_experiment_smoke(tmp_path, name):
     assert "Mean subset accuracy on past tasks" in table and "–" not in table.splitlines()[2]
   again = run.run_experiment(name, "tiny", 1, str(tmp_path), **grid)  # finished runs are skipped
   assert (again / "table.md").read_text() == table
+
+
+def test_identical_config_reuses_finished_run_of_another_experiment(tmp_path, monkeypatch):
+  config = run.make_config(run.dataset_configs("tiny")["cifar10"], method="sd", seed=0)
+  name = f"{config.dataset}_{config.method}_{run.config_lib.config_hash(config)}"
+  first = tmp_path / "table1" / "tiny" / "runs" / name
+  first.mkdir(parents=True)
+  result = {"final": {"class_il": 61.0}, "acc_matrix": {}, "curves": {}}
+  (first / "results.json").write_text(json.dumps(result))
+  monkeypatch.setattr(run.train, "ContinualRun", lambda *a, **k: pytest.fail("trained a finished config again"))
+  monkeypatch.setattr(run.plots, "run_plots", lambda res, wd: None)
+  records = run.run_grid(tmp_path / "table2" / "tiny", [({"seed": 0}, config)])
+  assert records == [{"seed": 0, "workdir": str(first), "results": result}]
+  other = run.make_config(run.dataset_configs("tiny")["cifar10"], method="sd", seed=1)
+  with pytest.raises(pytest.fail.Exception):  # another seed is another config: it must train
+    run.run_grid(tmp_path / "table2" / "tiny", [({"seed": 1}, other)])

@@ -4,8 +4,11 @@
 
 Components: ResNet-18 train step (SupCon + IRD, two views) in float32 and bfloat16;
 the mask search for K in {1, 32, 300} (N = 1,024, D = 128, 50 steps); EB salience of
-ResNet-18 next to one forward+backward on the same images; a linear-probe epoch;
-one small-scale task end to end. Nothing here asserts a time.
+ResNet-18 next to one forward+backward on the same images; two-view augmentation;
+a linear-probe epoch; one small-scale task end to end; and each phase of the published
+Split-CIFAR10 SD run (ResNet-18, batch 512, memory 500, CIFAR-shaped random data)
+timed once compiled and projected to the full 500 + 4 x 100-epoch schedule with probes.
+Nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).")
 flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
 flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
-flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task.")
+flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection.")
+flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
 flags.DEFINE_enum("conv", "auto", ["auto", "xla", "matmul"], "Convolution gradients (see lasp_jax/conv.py).")
 
 
@@ -103,26 +107,47 @@ def bench_eb(n, repeats):
                throughput=f"{n / t_fb:.1f} images/s")]
 
 
+def bench_augment(batch, repeats):
+  """Two SimCLR views (the CIFAR-10 recipe) of a uint8 batch, on the device."""
+  from configs import cifar10  # pylint: disable=g-import-not-at-top
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  from lasp_jax.data import augment  # pylint: disable=g-import-not-at-top
+  cfg = config_lib.augment_config(cifar10.get_config())
+  images = jax.random.randint(jax.random.PRNGKey(0), (batch, 32, 32, 3), 0, 256).astype(jnp.uint8)
+  views = jax.jit(lambda k, x: augment.two_views(k, x, jnp.zeros(batch), cfg))
+  first, med = timed(views, jax.random.PRNGKey(1), images, repeats=repeats)
+  return dict(component="two-view augmentation (CIFAR recipe)", shape=f"{batch} images -> {2 * batch} views 32x32",
+              compile_s=round(first - med, 3), median_s=round(med, 4), throughput=f"{batch / med:.0f} images/s")
+
+
+def _twice(run, fn):
+  """Wall seconds of two calls of ``fn``: (compile + run, warm run)."""
+  def wall():
+    t = time.perf_counter()
+    fn()
+    jax.block_until_ready(run.state.params)
+    return time.perf_counter() - t
+  return wall(), wall()
+
+
+def _task(run, t):
+  def go():
+    run.host["progress"].update(epoch=0, call=0, partial=[])
+    run.train_task(t)
+  return go
+
+
 def bench_probe_and_task(repeats):
   """A probe (cached features) and one whole task of configs/mnist5k.py."""
+  del repeats
   from configs import mnist5k  # pylint: disable=g-import-not-at-top
   from lasp_jax import train  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
   config = mnist5k.get_config()
   config.progress = False
   run = train.ContinualRun(config, tempfile.mkdtemp())
-
-  def wall(fn):
-    t = time.perf_counter()
-    fn()
-    jax.block_until_ready(run.state.params)
-    return time.perf_counter() - t
-
-  def task0():
-    run.host["progress"]["epoch"] = 0
-    run.train_task(0)
-
-  (task_s, probe_s), (task_warm, probe_warm) = [(wall(task0), wall(lambda: run.evaluate(0))) for _ in range(2)]
+  task_s, task_warm = _twice(run, _task(run, 0))
+  probe_s, probe_warm = _twice(run, lambda: run.evaluate(0))
   host = host_overhead(run)
   return [dict(component="task 0 of configs/mnist5k.py", shape=f"{config.train.epochs_first} epochs, 800 samples",
                compile_s=round(task_s - task_warm, 2), median_s=round(task_warm, 2),
@@ -131,6 +156,58 @@ def bench_probe_and_task(repeats):
                compile_s=round(probe_s - probe_warm, 2), median_s=round(probe_warm, 3),
                throughput=f"{probe_warm / config.eval.epochs * 1000:.1f} ms/epoch"),
           host]
+
+
+def projection_config(quick: bool):
+  """configs/cifar10.py (SD, memory 500) on random CIFAR-shaped data: the published run's shapes."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from configs import cifar10  # pylint: disable=g-import-not-at-top
+  c = cifar10.get_config()
+  c.dataset, c.progress = "synthetic", False
+  per_class = (60, 20) if quick else (5000, 1000)  # Split-CIFAR10: 5,000 train / 1,000 test images per class
+  c.data.synthetic = ml_collections.ConfigDict(dict(num_classes=10, image_size=32, channels=3,
+                                                    train_per_class=per_class[0], test_per_class=per_class[1]))
+  c.train.epochs_first = c.train.epochs = 2
+  c.train.warmup_epochs = 0
+  c.train.batch_size = 32 if quick else c.train.batch_size
+  c.compute_dtype = FLAGS.projection_dtype
+  if quick:
+    c.model.width, c.memory.size, c.eval.epochs, c.lasp.restarts = 0.125, 40, 2, 8
+  return c
+
+
+def bench_projection(quick: bool):
+  """Times each phase of a Split-CIFAR10 SD run once compiled and projects the published schedule.
+
+  Published: 500 epochs on task 0, 100 on each of tasks 1-4 (memory 500 joins their pool),
+  a boundary (memory update, past snapshot, K=300 mask search) before tasks 1-4, and a
+  100-epoch re-augmenting probe after every task.
+  """
+  from configs import cifar10  # pylint: disable=g-import-not-at-top
+  from lasp_jax import train  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  paper = cifar10.get_config()
+  c = projection_config(quick)
+  run = train.ContinualRun(c, tempfile.mkdtemp())
+  t0 = _twice(run, _task(run, 0))
+  p0 = _twice(run, lambda: run.evaluate(0))
+  bd = _twice(run, lambda: run.boundary(1))
+  t1 = _twice(run, _task(run, 1))
+  p1 = _twice(run, lambda: run.evaluate(1))
+  epoch0, epoch1 = t0[1] / c.train.epochs_first, t1[1] / c.train.epochs
+  probe = (p0[1] + p1[1]) / 2 * paper.eval.epochs / c.eval.epochs
+  total = (paper.train.epochs_first * epoch0 + (paper.data.num_tasks - 1) * (paper.train.epochs * epoch1 + bd[1])
+           + paper.data.num_tasks * probe)
+  shape = f"batch {c.train.batch_size}, {c.compute_dtype}"
+  row = lambda name, first, warm, thr: dict(component=name, shape=shape, compile_s=round(first - warm, 2),
+                                            median_s=round(warm, 3), throughput=thr)
+  return [row("Split-CIFAR10 SD: task-0 epoch", t0[0] / c.train.epochs_first, epoch0,
+              f"{len(run.stream.train_indices(0)) / epoch0:.0f} samples/s"),
+          row("Split-CIFAR10 SD: later-task epoch", t1[0] / c.train.epochs, epoch1, "task data + memory"),
+          row(f"Split-CIFAR10 SD: boundary (K={c.lasp.restarts} search)", bd[0], bd[1], "memory, past model, mask"),
+          row(f"Split-CIFAR10 SD: probe ({c.eval.epochs} epochs)", p0[0], p1[1], "re-augmented each epoch"),
+          dict(component="PROJECTED published SD run", shape=shape, median_s=round(total, 1),
+               throughput=f"{total / 60:.1f} min (500 + 4 x 100 epochs, 4 boundaries, 5 probes)")]
 
 
 def host_overhead(run):
@@ -157,7 +234,7 @@ def host_overhead(run):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task"}
+  only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task", "aug", "projection"}
   batch = 32 if FLAGS.quick else FLAGS.batch
   eb_n = 64 if FLAGS.quick else FLAGS.eb_images
   rows = []
@@ -167,8 +244,12 @@ def main(argv):
     rows += [bench_search(k, FLAGS.repeats) for k in (1, 32, 300)]
   if "eb" in only:
     rows += bench_eb(eb_n, FLAGS.repeats)
+  if "aug" in only:
+    rows.append(bench_augment(batch, FLAGS.repeats))
   if "probe" in only or "task" in only:
     rows += bench_probe_and_task(FLAGS.repeats)
+  if "projection" in only:
+    rows += bench_projection(FLAGS.quick)
   device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({platform.processor() or platform.machine()})"
   print(f"device: {device}")
   print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput")

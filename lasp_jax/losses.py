@@ -12,6 +12,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from lasp_jax.numerics import full_precision
+
 _NEG = -1e30  # Finite stand-in for -inf: keeps 0 * logit finite in masked sums.
 
 
@@ -38,6 +40,7 @@ def _pair_mask(valid_rows: jax.Array) -> jax.Array:
   return (valid_rows[:, None] & valid_rows[None, :]) & ~jnp.eye(n, dtype=bool)
 
 
+@full_precision
 def supcon_loss(
     *,
     features: jax.Array,
@@ -83,6 +86,7 @@ def supcon_loss(
   return jnp.sum(masked) / jnp.maximum(jnp.sum(valid_rows), 1)
 
 
+@full_precision
 def relation_probs(z: jax.Array, temperature: float, valid_rows: jax.Array | None = None) -> jax.Array:
   """Row softmax of ``z z^T / temperature`` without the diagonal (zero there)."""
   n = z.shape[0]
@@ -91,6 +95,7 @@ def relation_probs(z: jax.Array, temperature: float, valid_rows: jax.Array | Non
   return jnp.where(mask, jnp.exp(_masked_log_softmax(z @ z.T / temperature, mask)), 0.0)
 
 
+@full_precision
 def ird_loss(
     *,
     z_cur: jax.Array,
@@ -147,6 +152,7 @@ def select_dims(z: jax.Array, dim_mask: jax.Array) -> jax.Array:
   return l2_normalize(z * dim_mask.astype(z.dtype))
 
 
+@full_precision
 def selective_ird_loss(
     *,
     z_cur: jax.Array,

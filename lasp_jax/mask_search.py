@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from lasp_jax.losses import l2_normalize
+from lasp_jax.numerics import full_precision
 
 OBJECTIVES = ("own_class", "published_all_pairs")
 SELECTIONS = ("best", "published_off_by_one")
@@ -37,6 +38,7 @@ class SearchResult(NamedTuple):
   s_final: jax.Array     # (K, D) final logits.
 
 
+@full_precision
 def class_means(feats, labels, num_classes, valid=None):
   """(C, D) normalized class means; zero rows for absent classes."""
   w = jnp.ones(labels.shape, feats.dtype) if valid is None else valid.astype(feats.dtype)
@@ -52,6 +54,7 @@ def _norms(feats, means, m2):
   return rep, proto
 
 
+@full_precision
 def objective(s, feats, labels, means, valid, kind: str = "own_class"):
   """Per-restart similarity objective (K,) to be maximized.
 
@@ -75,11 +78,13 @@ def objective(s, feats, labels, means, valid, kind: str = "own_class"):
   raise ValueError(f"unknown mask objective {kind!r}; expected one of {OBJECTIVES}")
 
 
+@full_precision
 def search_loss(s, feats, labels, means, valid, lam, kind="own_class"):
   """``lam * sum(sigmoid(s)) - sum_k objective_k`` (minimized)."""
   return lam * jnp.sum(jax.nn.sigmoid(s)) - jnp.sum(objective(s, feats, labels, means, valid, kind))
 
 
+@full_precision
 def ncm_predictions(s, feats, means, max_label):
   """(M, K) nearest-class-mean prediction of every sample under every restart.
 
@@ -100,6 +105,7 @@ def ncm_predictions(s, feats, means, max_label):
   return arg
 
 
+@full_precision
 def balanced_accuracy(pred, labels, valid, num_classes):
   """(K,) mean over present classes of the per-class accuracy."""
   onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32) * valid[:, None]
@@ -124,6 +130,7 @@ def select_restart(acc, kind: str = "best"):
 
 
 @functools.partial(jax.jit, static_argnames=("num_classes", "steps", "objective_kind", "selection"))
+@full_precision
 def search_from(s0, feats, labels, valid, *, num_classes, lam=1e-5, lr=100.0, steps=50,
                 objective_kind="own_class", selection="best"):
   """Runs the mask search from given initial logits ``s0`` (K, D).

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from lasp_jax import models
+from lasp_jax.numerics import full_precision
 
 _EPS = 1e-20
 _state = threading.local()
@@ -125,6 +126,7 @@ def make_interceptor(abs_weight_layers: Sequence[str]):
   return interceptor
 
 
+@full_precision
 def excitation_backprop(model: nn.Module, variables, x: jax.Array, p_top: jax.Array,
                         abs_weight_layers: Sequence[str] = ("head/fc2",)):
   """EB salience of every parameter and of the input.

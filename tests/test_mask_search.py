@@ -13,10 +13,10 @@ F32 = np.float32
 
 
 def naive_sims(s, feats, means):
-  """Oracle: the K x M x C cosine tensor, restart by restart."""
+  """Oracle: the K x M x C cosine tensor, restart by restart (full precision on any backend)."""
   def one(sk):
     m = jax.nn.sigmoid(sk)
-    return l2_normalize(feats * m) @ l2_normalize(means * m).T
+    return jnp.matmul(l2_normalize(feats * m), l2_normalize(means * m).T, precision="highest")
   return jax.vmap(one)(s)
 
 

@@ -67,6 +67,14 @@ def dataset_configs(scale: str) -> dict:
   return {"cifar10": small_split, "rmnist": small_rot}
 
 
+def column_names(scale: str) -> dict:
+  """Column group -> the dataset name printed in the tables (the stand-in's at the small scale)."""
+  if scale == "small":
+    return {"cifar10": "Split-MNIST5k (vs SplitCIFAR10)", "tiny": "SplitTinyImageNet",
+            "rmnist": "Rot-MNIST5k (vs R-MNIST)"}
+  return {"cifar10": "SplitCIFAR10", "tiny": "SplitTinyImageNet", "rmnist": "R-MNIST"}
+
+
 def make_config(base, **overrides):
   c = config_lib.override(base(), progress=False, **overrides)
   if c.method == "co2l" and c.dataset == "tiny_imagenet" and "model.embedding_dim" not in overrides:
@@ -126,9 +134,7 @@ def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
   records = run_grid(out, grid)
   cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il"),
           ("rmnist", "domain_il")]
-  names = {"cifar10": "SplitCIFAR10", "tiny": "SplitTinyImageNet", "rmnist": "R-MNIST"}
-  if scale == "small":
-    names = {"cifar10": "Split-MNIST5k (vs SplitCIFAR10)", "tiny": "SplitTinyImageNet", "rmnist": "Rot-MNIST5k (vs R-MNIST)"}
+  names = column_names(scale)
   header = ["Memory", "Method"] + [f"{names[g]} {m}" for g, m in cols]
   rows = []
   for mem in memories:
@@ -149,7 +155,8 @@ def table2(scale, seeds, out):
           for srs in ("onlypast", "combined", "onlycurrent") for g, base in groups.items() for s in range(seeds)]
   records = run_grid(out, grid)
   cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il")]
-  header = ["Setting"] + [f"{g} {m}" for g, m in cols]
+  names = column_names(scale)
+  header = ["Setting"] + [f"{names[g]} {m}" for g, m in cols]
   rows = []
   for srs in ("onlypast", "combined", "onlycurrent"):
     row = [srs]
@@ -166,7 +173,7 @@ def embedding(scale, seeds, out):
   grid = [({"method": meth, "dim": d, "seed": s}, make_config(base, method=meth, seed=s, **{"model.embedding_dim": d}))
           for meth in ("co2l", "sd") for d in dims for s in range(seeds)]
   records = run_grid(out, grid)
-  header = ["Method"] + [f"D={d} class_il" for d in dims]
+  header = ["Method"] + [f"{column_names(scale)['cifar10']} D={d} class_il" for d in dims]
   rows = []
   series = {}
   for meth in ("co2l", "sd"):

@@ -3,6 +3,7 @@
 import json
 import pathlib
 
+import numpy as np
 import pytest
 
 from experiments import aggregate, run
@@ -55,3 +56,21 @@ def test_identical_config_reuses_finished_run_of_another_experiment(tmp_path, mo
   other = run.make_config(run.dataset_configs("tiny")["cifar10"], method="sd", seed=1)
   with pytest.raises(pytest.fail.Exception):  # another seed is another config: it must train
     run.run_grid(tmp_path / "table2" / "tiny", [({"seed": 1}, other)])
+
+
+def test_subset_classifier_reaches_the_bayes_rate_at_embedding_scale():
+  """8 Gaussian classes at the scale of unit-norm embedding coordinates (~0.03): the classifier of a
+  subset holding all informative dims nears the Bayes rate; one holding none is at chance."""
+  from experiments import subsets
+  rng = np.random.default_rng(0)
+  c, d, n = 8, 10, 1600
+  means = rng.normal(size=(c, d)) * 0.03
+  y = rng.integers(0, c, n)
+  x = np.concatenate([means[y], np.zeros((n, 4))], 1) + rng.normal(size=(n, d + 4)) * 0.03
+  tr, te = slice(0, 1200), slice(1200, None)
+  bayes = np.mean(np.argmin(((x[te, None, :d] - means[None]) ** 2).sum(-1), 1) == y[te])  # 0.8575
+  acc = np.asarray(subsets.subset_accuracy(np.array([np.arange(d), np.arange(d, d + 4).tolist() * 2 + [d, d + 1]]),
+                                           x[tr].astype(np.float32), y[tr], x[te].astype(np.float32), y[te],
+                                           num_classes=10))
+  assert acc[0] >= bayes - 0.02, (acc, bayes)  # unstandardized features stopped at 0.830
+  assert acc[1] < 0.25                          # chance is 1/8

@@ -3,7 +3,6 @@
 import gzip
 import pathlib
 import pickle
-import time
 
 import numpy as np
 import pytest
@@ -61,11 +60,10 @@ def test_truncated_idx_file_is_reported(tmp_path):
     sources.load_dataset("mnist", data_dir=str(tmp_path), source="idx")
 
 
-def test_missing_dataset_fails_fast_with_layout_and_instructions(tmp_path):
-  t = time.perf_counter()
+def test_missing_dataset_fails_with_layout_and_instructions(tmp_path):
   with pytest.raises(DataError) as e:
     sources.load_dataset("cifar10", data_dir=str(tmp_path / "nope"))
-  assert time.perf_counter() - t < 1.0
+  assert not (tmp_path / "nope").exists()  # refused before anything was created or fetched there
   msg = str(e.value)
   assert "cifar10" in msg and "cifar-10-batches-bin" in msg and "prepare" in msg and "nope" in msg
 

@@ -44,7 +44,7 @@ def run_plots(results: dict, workdir) -> None:
   plt.close(fig)
 
 
-def embedding_sweep(dims, series: dict, path) -> None:
+def embedding_sweep(dims, series: dict, path, title: str = "") -> None:
   """Mean +- std of final Class-IL accuracy against the embedding size, one line per method."""
   fig, ax = plt.subplots(figsize=(5, 3.5))
   for name, stats in series.items():
@@ -53,7 +53,7 @@ def embedding_sweep(dims, series: dict, path) -> None:
     ax.plot(dims, m, marker="o", label=name)
     ax.fill_between(dims, m - sd, m + sd, alpha=0.25)
   ax.set_xscale("log", base=2)
-  ax.set(xlabel="embedding size D", ylabel="final Class-IL accuracy (%)")
+  ax.set(xlabel="embedding size D", ylabel="final Class-IL accuracy (%)", title=title)
   ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=100)

@@ -1,6 +1,8 @@
 """Reproduces the paper's tables and figure: one command per result.
 
     python -m experiments.run table1|table2|embedding|table3|all --scale=small|paper [--seeds=N]
+        [--dry_run]          # list the grid (validated configs, workdirs, finished or not)
+        [--aggregate_only]   # tabulate finished runs only
 
 Every run gets its own workdir named by the hash of its config under
 ``results/<experiment>/<scale>/runs/``; a rerun skips finished runs and resumes
@@ -34,9 +36,11 @@ flags.DEFINE_string("results", "results", "Output root.")
 flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
 flags.DEFINE_list("memories", ["200", "500"], "Memory sizes of the Table 1 grid.")
 flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+flags.DEFINE_bool("dry_run", False, "List each grid's runs (validated configs, workdirs, finished or not); start nothing.")
 flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
 
 METHODS = ("co2l", "sd", "gm", "sd_gm")
+SRS = ("onlypast", "combined", "onlycurrent")
 
 
 def dataset_configs(scale: str) -> dict:
@@ -86,10 +90,7 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
   """Runs (or skips, or resumes) every config; returns one record per run."""
   records = []
   for tags, config in configs:
-    name = f"{config.dataset}_{config.method}_{config_lib.config_hash(config)}"
-    wd = exp_dir / "runs" / name
-    if on_task_end is None:  # a hook's extras are part of the result: never borrowed
-      wd = finished_elsewhere(exp_dir, name) or wd
+    wd = workdir_of(exp_dir, config, borrow=on_task_end is None)  # a hook's extras are part of the result
     done = wd / "results.json"
     try:
       if done.exists():
@@ -109,6 +110,23 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
   return records
 
 
+def workdir_of(exp_dir: pathlib.Path, config, borrow: bool = True) -> pathlib.Path:
+  """``runs/<dataset>_<method>_<config hash>`` of this experiment, or the finished twin of another one."""
+  name = f"{config.dataset}_{config.method}_{config_lib.config_hash(config)}"
+  return (borrow and finished_elsewhere(exp_dir, name)) or exp_dir / "runs" / name
+
+
+def plan(name: str, scale: str, seeds: int, root: str, **grid) -> list:
+  """The runs of one experiment without starting any: (tags, config, workdir, finished); configs validated."""
+  exp_dir = pathlib.Path(root) / name / scale
+  out = []
+  for tags, config in GRIDS[name](scale, seeds, **(grid if name == "table1" else {})):
+    config_lib.validate(config)
+    wd = workdir_of(exp_dir, config, borrow=name != "table3")
+    out.append((tags, config, wd, (wd / "results.json").exists()))
+  return out
+
+
 def finished_elsewhere(exp_dir: pathlib.Path, name: str) -> pathlib.Path | None:
   """The finished run of the same config (same hash) in any experiment of this scale, if one exists.
 
@@ -126,12 +144,40 @@ def _metric(record, group, metric):
   return None if res is None else res["final"].get(metric)
 
 
-def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
-  groups = dataset_configs(scale)
-  grid = [({"memory": m, "method": meth, "group": g, "seed": s},
+def grid_table1(scale, seeds, methods=METHODS, memories=(200, 500)):
+  return [({"memory": m, "method": meth, "group": g, "seed": s},
            make_config(base, method=meth, seed=s, **{"memory.size": m}))
-          for m in memories for meth in methods for g, base in groups.items() for s in range(seeds)]
-  records = run_grid(out, grid)
+          for m in memories for meth in methods for g, base in dataset_configs(scale).items() for s in range(seeds)]
+
+
+def grid_table2(scale, seeds):
+  groups = {k: v for k, v in dataset_configs(scale).items() if k in ("cifar10", "tiny")}
+  return [({"srs": srs, "group": g, "seed": s},
+           make_config(base, method="sd", seed=s, **{"memory.size": 500, "lasp.srs_data": srs}))
+          for srs in SRS for g, base in groups.items() for s in range(seeds)]
+
+
+def embedding_dims(scale):
+  return {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 32, 64, 128), "tiny": (8,)}[scale]
+
+
+def grid_embedding(scale, seeds):
+  """The paper's figure: Co2L and SD, memory 500, per embedding size, SplitCIFAR10 and Tiny-ImageNet panels."""
+  groups = {k: v for k, v in dataset_configs(scale).items() if k in ("cifar10", "tiny")}
+  return [({"method": meth, "group": g, "dim": d, "seed": s},
+           make_config(base, method=meth, seed=s, **{"model.embedding_dim": d, "memory.size": 500}))
+          for g, base in groups.items() for meth in ("co2l", "sd") for d in embedding_dims(scale)
+          for s in range(seeds)]
+
+
+def grid_table3(scale, seeds):
+  base = dataset_configs(scale)["cifar10"]
+  return [({"seed": s}, make_config(base, method="co2l", seed=s, **{"eval.every_task": False}))
+          for s in range(seeds)]
+
+
+def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
+  records = run_grid(out, grid_table1(scale, seeds, methods, memories))
   cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il"),
           ("rmnist", "domain_il")]
   names = column_names(scale)
@@ -149,16 +195,12 @@ def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
 
 
 def table2(scale, seeds, out):
-  groups = {k: v for k, v in dataset_configs(scale).items() if k in ("cifar10", "tiny")}
-  grid = [({"srs": srs, "group": g, "seed": s},
-           make_config(base, method="sd", seed=s, **{"memory.size": 500, "lasp.srs_data": srs}))
-          for srs in ("onlypast", "combined", "onlycurrent") for g, base in groups.items() for s in range(seeds)]
-  records = run_grid(out, grid)
+  records = run_grid(out, grid_table2(scale, seeds))
   cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il")]
   names = column_names(scale)
   header = ["Setting"] + [f"{names[g]} {m}" for g, m in cols]
   rows = []
-  for srs in ("onlypast", "combined", "onlycurrent"):
+  for srs in SRS:
     row = [srs]
     for g, m in cols:
       vals = [_metric(r, g, m) for r in records if r["srs"] == srs and r["group"] == g]
@@ -168,30 +210,27 @@ def table2(scale, seeds, out):
 
 
 def embedding(scale, seeds, out):
-  base = dataset_configs(scale)["cifar10"]
-  dims = {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 32, 64, 128), "tiny": (8,)}[scale]
-  grid = [({"method": meth, "dim": d, "seed": s}, make_config(base, method=meth, seed=s, **{"model.embedding_dim": d}))
-          for meth in ("co2l", "sd") for d in dims for s in range(seeds)]
-  records = run_grid(out, grid)
-  header = ["Method"] + [f"{column_names(scale)['cifar10']} D={d} class_il" for d in dims]
+  dims = embedding_dims(scale)
+  records = run_grid(out, grid_embedding(scale, seeds))
+  names = column_names(scale)
+  header = ["Dataset", "Method"] + [f"D={d} class_il" for d in dims]
   rows = []
-  series = {}
-  for meth in ("co2l", "sd"):
-    stats = [aggregate.mean_std([_metric(r, "cifar10", "class_il") for r in records
-                                 if r["method"] == meth and r["dim"] == d]) for d in dims]
-    series[meth] = stats
-    rows.append([meth] + [aggregate.cell(s) for s in stats])
-  plots.embedding_sweep(dims, series, out / "embedding_sweep.png")
+  for g in sorted({r["group"] for r in records}):
+    series = {}
+    for meth in ("co2l", "sd"):
+      stats = [aggregate.mean_std([_metric(r, g, "class_il") for r in records
+                                   if r["group"] == g and r["method"] == meth and r["dim"] == d]) for d in dims]
+      series[meth] = stats
+      rows.append([names[g], meth] + [aggregate.cell(s) for s in stats])
+    plots.embedding_sweep(dims, series, out / ("embedding_sweep.png" if g == "cifar10" else f"embedding_sweep_{g}.png"),
+                          title=names[g])
   return header, rows, records
 
 
 def table3(scale, seeds, out):
   from experiments import subsets  # pylint: disable=g-import-not-at-top
-  base = dataset_configs(scale)["cifar10"]
   hook = lambda run, t: {"subsets": subsets.boundary_table(run, t)} if t < run.stream.num_tasks - 1 else {}
-  grid = [({"seed": s}, make_config(base, method="co2l", seed=s, **{"eval.every_task": False}))
-          for s in range(seeds)]
-  records = run_grid(out, grid, on_task_end=hook)
+  records = run_grid(out, grid_table3(scale, seeds), on_task_end=hook)
   tasks = range(max(1, records[0]["results"]["num_tasks"] - 1) if records and "results" in records[0] else 4)
   header = [""] + [f"Task {t + 1}" for t in tasks]
   rows = []
@@ -210,6 +249,7 @@ def table3(scale, seeds, out):
 
 
 EXPERIMENTS = {"table1": table1, "table2": table2, "embedding": embedding, "table3": table3}
+GRIDS = {"table1": grid_table1, "table2": grid_table2, "embedding": grid_embedding, "table3": grid_table3}
 
 
 def run_experiment(name: str, scale: str, seeds: int, root: str, **grid) -> pathlib.Path:
@@ -235,6 +275,13 @@ def main(argv):
   if not names or unknown:
     raise app.UsageError(f"name one or more of {list(EXPERIMENTS)} or 'all' (unknown: {unknown})")
   for name in names:
+    if FLAGS.dry_run:
+      runs = plan(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, methods=tuple(FLAGS.methods),
+                  memories=tuple(int(m) for m in FLAGS.memories))
+      for tags, _, wd, done in runs:
+        print(f"{name} {'done   ' if done else 'pending'} {tags} {wd}")
+      print(f"{name}: {len(runs)} runs, {sum(r[3] for r in runs)} finished, {len({r[2] for r in runs})} distinct")
+      continue
     run_experiment(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, methods=tuple(FLAGS.methods),
                    memories=tuple(int(m) for m in FLAGS.memories))
 

@@ -74,3 +74,23 @@ def test_subset_classifier_reaches_the_bayes_rate_at_embedding_scale():
                                            num_classes=10))
   assert acc[0] >= bayes - 0.02, (acc, bayes)  # unstandardized features stopped at 0.830
   assert acc[1] < 0.25                          # chance is 1/8
+
+
+def test_paper_scale_grids_are_complete_and_valid(tmp_path):
+  """What `--scale=paper` would run, checked without data: sizes, validated configs, published settings."""
+  plans = {name: run.plan(name, "paper", 5, str(tmp_path)) for name in run.EXPERIMENTS}
+  assert {k: len(v) for k, v in plans.items()} == {"table1": 4 * 2 * 3 * 5, "table2": 3 * 2 * 5,
+                                                    "embedding": 2 * 2 * 6 * 5, "table3": 5}
+  for name, runs in plans.items():
+    assert len({wd for _, _, wd, _ in runs}) == len(runs), f"{name}: two grid points share a workdir"
+  by_group = {}
+  for tags, config, _, _ in plans["table1"]:
+    by_group.setdefault(tags["group"], set()).add(config.dataset)
+    assert config.memory.size == tags["memory"] and config.method == tags["method"] and config.seed == tags["seed"]
+  assert by_group == {"cifar10": {"cifar10"}, "tiny": {"tiny_imagenet"}, "rmnist": {"mnist"}}
+  assert all(c.memory.size == 500 for _, c, _, _ in plans["embedding"] + plans["table2"])  # as in the paper
+  assert {(t["srs"], c.lasp.srs_data) for t, c, _, _ in plans["table2"]} == {(s, s) for s in run.SRS}
+  t1_sd500 = {wd.name for t, _, wd, _ in plans["table1"] if t["method"] == "sd" and t["memory"] == 500
+              and t["group"] != "rmnist"}
+  t2_current = {wd.name for t, _, wd, _ in plans["table2"] if t["srs"] == "onlycurrent"}
+  assert t2_current == t1_sd500  # the same configs: trained once, reused

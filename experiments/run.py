@@ -120,7 +120,7 @@ def plan(name: str, scale: str, seeds: int, root: str, **grid) -> list:
   """The runs of one experiment without starting any: (tags, config, workdir, finished); configs validated."""
   exp_dir = pathlib.Path(root) / name / scale
   out = []
-  for tags, config in GRIDS[name](scale, seeds, **(grid if name == "table1" else {})):
+  for tags, config in GRIDS[name](scale, seeds, **_table1_only(name, grid)):
     config_lib.validate(config)
     wd = workdir_of(exp_dir, config, borrow=name != "table3")
     out.append((tags, config, wd, (wd / "results.json").exists()))
@@ -131,7 +131,7 @@ def finished_elsewhere(exp_dir: pathlib.Path, name: str) -> pathlib.Path | None:
   """The finished run of the same config (same hash) in any experiment of this scale, if one exists.
 
   Table 2's `onlycurrent` row is Table 1's SD at memory 500 and the embedding
-  sweep's D=128 points are Table 1's memory-200 runs: each is trained once.
+  sweep's D=128 points are Table 1's memory-500 runs: each is trained once.
   """
   root, scale = exp_dir.parent.parent, exp_dir.name
   for done in sorted(root.glob(f"*/{scale}/runs/{name}/results.json")):
@@ -252,11 +252,16 @@ EXPERIMENTS = {"table1": table1, "table2": table2, "embedding": embedding, "tabl
 GRIDS = {"table1": grid_table1, "table2": grid_table2, "embedding": grid_embedding, "table3": grid_table3}
 
 
+def _table1_only(name: str, grid: dict) -> dict:
+  """--methods/--memories narrow Table 1's grid; the other experiments fix theirs."""
+  return grid if name == "table1" else {}
+
+
 def run_experiment(name: str, scale: str, seeds: int, root: str, **grid) -> pathlib.Path:
   """Runs one experiment's grid and writes its tables; ``grid`` narrows Table 1."""
   out = pathlib.Path(root) / name / scale
   out.mkdir(parents=True, exist_ok=True)
-  header, rows, records = EXPERIMENTS[name](scale, seeds, out, **(grid if name == "table1" else {}))
+  header, rows, records = EXPERIMENTS[name](scale, seeds, out, **_table1_only(name, grid))
   failed = [r for r in records if "error" in r]
   note = f"\n\n{len(records) - len(failed)} runs, {len(failed)} failed; mean (sample std) over {seeds} seeds.\n"
   write_text_atomic(out / "table.md", f"# {name} ({scale})\n\n" + aggregate.markdown_table(header, rows) + note)
@@ -274,16 +279,15 @@ def main(argv):
   unknown = [n for n in names if n not in EXPERIMENTS]
   if not names or unknown:
     raise app.UsageError(f"name one or more of {list(EXPERIMENTS)} or 'all' (unknown: {unknown})")
+  grid = dict(methods=tuple(FLAGS.methods), memories=tuple(int(m) for m in FLAGS.memories))
   for name in names:
     if FLAGS.dry_run:
-      runs = plan(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, methods=tuple(FLAGS.methods),
-                  memories=tuple(int(m) for m in FLAGS.memories))
+      runs = plan(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, **grid)
       for tags, _, wd, done in runs:
         print(f"{name} {'done   ' if done else 'pending'} {tags} {wd}")
       print(f"{name}: {len(runs)} runs, {sum(r[3] for r in runs)} finished, {len({r[2] for r in runs})} distinct")
       continue
-    run_experiment(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, methods=tuple(FLAGS.methods),
-                   memories=tuple(int(m) for m in FLAGS.memories))
+    run_experiment(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, **grid)
 
 
 if __name__ == "__main__":

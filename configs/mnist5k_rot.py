@@ -2,9 +2,12 @@
 
     python -m lasp_jax.main --config=configs/mnist5k_rot.py
 
-R-MNIST's protocol (unnormalized 500-d embeddings, tau 0.1, SD searched on
-``onlypast``) on the 4,000 bundled training digits with 5 domains instead of 20.
-Runtime: a few minutes on 2 CPU cores. No paper number at this scale.
+R-MNIST's protocol (the BatchNorm-free net, unnormalized 500-d embeddings, tau
+0.1, SD searched on ``onlypast``) on the 4,000 bundled training digits with 5
+domains instead of 20; batch 128 and the per-step cosine so that every domain
+trains from the full learning rate (the published per-epoch cosine runs a 1-epoch
+task at lr * 1e-3), and the converged readout as the probe.
+Runtime: about 2 minutes on 2 CPU cores. No paper number at this scale.
 """
 
 from configs import rmnist
@@ -15,11 +18,12 @@ def get_config():
   c.dataset = "mnist5k"
   c.data.source = "auto"
   c.data.num_tasks = 5
-  c.train.batch_size = 256
-  c.train.epochs_first = 15
-  c.train.epochs = 5
+  c.train.batch_size = 128
+  c.train.epochs_first = 4
+  c.train.epochs = 2
   c.train.lr = 0.05
+  c.train.schedule = "step_cosine"
   c.train.steps_per_call = 4
-  c.eval.epochs = 30
+  c.eval.probe = "lbfgs"
   c.eval.augment = False
   return c

@@ -1,6 +1,10 @@
-"""Tiny configuration for tests and smoke runs: 2 tasks of mnist5k, seconds on a CPU.
+"""Tiny configuration for tests and smoke runs: 5 tasks of mnist5k, seconds on a CPU.
 
     python -m lasp_jax.main --config=configs/tiny.py --workdir=/tmp/tiny
+
+A quarter-width R-MNIST net, 16-d embeddings, 2 epochs per task under the
+per-step cosine (every task trains from the full learning rate: the tests
+check that later tasks learn), the converged L-BFGS readout as the probe.
 """
 
 from lasp_jax.default_config import base_config
@@ -14,14 +18,16 @@ def get_config():
   c.model.width = 0.25
   c.model.embedding_dim = 16
   c.train.batch_size = 64
-  c.train.epochs_first = 1
-  c.train.epochs = 1
+  c.train.epochs_first = 2
+  c.train.epochs = 2
   c.train.lr = 0.05
+  c.train.schedule = "step_cosine"
   c.train.steps_per_call = 1
   c.memory.size = 40
   c.lasp.restarts = 8
   c.lasp.steps = 10
-  c.eval.epochs = 3
+  c.eval.probe = "lbfgs"
+  c.eval.epochs = 3           # used when a test switches eval.probe to sgd
   c.eval.augment = False
   c.progress = False
   return c

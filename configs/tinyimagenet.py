@@ -2,7 +2,7 @@
 
     python -m lasp_jax.data.prepare --dataset=tiny_imagenet --data_dir=data   # once, needs a network
     python -m lasp_jax.main --config=configs/tinyimagenet.py --config.data.data_dir=data \
-        [--config.method=co2l --config.model.embedding_dim=128]
+        [--config.method=co2l]
 
 Published hyperparameters: the CIFAR ResNet-18 at 64 px, batch 512, lr 0.1, 10
 warm-up epochs, 500 epochs on task 0 and 50 later, SupCon tau 0.5, IRD eta 0.1 /
@@ -26,7 +26,7 @@ def get_config():
   c = cifar10.get_config()
   c.dataset = "tiny_imagenet"
   c.data.num_tasks = 10
-  c.model.embedding_dim = 512    # use 128 with method=co2l, as published
+  c.model.embedding_dim = 0      # 0: as published per method, 128 for Co2L (and the baselines), 512 for SD/GM/SD+GM
   c.augment.size = 64
   c.augment.crop_scale = (0.1, 1.0)
   c.augment.blur_p = 0.5

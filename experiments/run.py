@@ -34,12 +34,15 @@ flags.DEFINE_enum("scale", "small", ["small", "paper", "tiny"], "Grid scale (tin
 flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).")
 flags.DEFINE_string("results", "results", "Output root.")
 flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
-flags.DEFINE_list("memories", ["200", "500"], "Memory sizes of the Table 1 grid.")
+flags.DEFINE_list("memories", None, "Memory sizes of the Table 1 grid (default: 200,500 at paper scale; 500, the "
+                  "size of Table 2 and the embedding figure, at the small scale, to fit an hour on 2 cores).")
 flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 flags.DEFINE_bool("dry_run", False, "List each grid's runs (validated configs, workdirs, finished or not); start nothing.")
 flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
 
 METHODS = ("co2l", "sd", "gm", "sd_gm")
+# Rows of every table: the lower and upper bound (a raw-pixel classifier is in every run's results).
+BASELINES = config_lib.BASELINES
 SRS = ("onlypast", "combined", "onlycurrent")
 
 
@@ -58,13 +61,17 @@ def dataset_configs(scale: str) -> dict:
     return {"cifar10": tiny_split}
 
   def small_split():
+    # The offline default (configs/mnist5k.py: BatchNorm net, batch 64, per-step cosine, every task
+    # trains, converged readout) at half width to fit the grid in an hour on 2 cores.
     c = mnist5k.get_config()
-    c.model.width, c.train.epochs_first, c.train.epochs, c.eval.epochs = 0.5, 5, 2, 30
+    c.model.width = 0.5
     return c
 
   def small_rot():
+    # Rotated MNIST5k: 2 + 1 epochs of 4,000 digits per domain at batch 128 under the per-step cosine
+    # (the published per-epoch cosine would run every 1-epoch task at lr * 1e-3), converged readout.
     c = mnist5k_rot.get_config()
-    c.model.width, c.train.epochs_first, c.train.epochs, c.eval.epochs = 0.5, 2, 1, 20
+    c.model.width, c.train.epochs_first, c.train.epochs, c.train.batch_size = 0.5, 2, 1, 128
     return c
 
   # Split-MNIST5k stands in for both class-incremental columns at the small scale.
@@ -80,10 +87,7 @@ def column_names(scale: str) -> dict:
 
 
 def make_config(base, **overrides):
-  c = config_lib.override(base(), progress=False, **overrides)
-  if c.method == "co2l" and c.dataset == "tiny_imagenet" and "model.embedding_dim" not in overrides:
-    c.model.embedding_dim = 128  # the published Co2L baseline on Tiny-ImageNet
-  return c
+  return config_lib.resolved(config_lib.override(base(), progress=False, **overrides))
 
 
 def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
@@ -144,10 +148,22 @@ def _metric(record, group, metric):
   return None if res is None else res["final"].get(metric)
 
 
+def table1_rows(methods, memories):
+  """(memory, method) rows: each memory's methods and baselines, then finetune without any memory."""
+  rows = [(m, meth) for m in memories for meth in tuple(methods) + BASELINES]
+  return rows + [(0, "finetune")]
+
+
+def srs_for(group: str, method: str) -> dict:
+  """The published commands search R-MNIST's subset on onlypast for SD, onlycurrent for GM and SD+GM."""
+  return {"lasp.srs_data": "onlycurrent"} if group == "rmnist" and method in ("gm", "sd_gm") else {}
+
+
 def grid_table1(scale, seeds, methods=METHODS, memories=(200, 500)):
   return [({"memory": m, "method": meth, "group": g, "seed": s},
-           make_config(base, method=meth, seed=s, **{"memory.size": m}))
-          for m in memories for meth in methods for g, base in dataset_configs(scale).items() for s in range(seeds)]
+           make_config(base, method=meth, seed=s, **{"memory.size": m}, **srs_for(g, meth)))
+          for m, meth in table1_rows(methods, memories) for g, base in dataset_configs(scale).items()
+          for s in range(seeds)]
 
 
 def grid_table2(scale, seeds):
@@ -158,7 +174,7 @@ def grid_table2(scale, seeds):
 
 
 def embedding_dims(scale):
-  return {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 32, 64, 128), "tiny": (8,)}[scale]
+  return {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 64, 128), "tiny": (8,)}[scale]
 
 
 def grid_embedding(scale, seeds):
@@ -183,15 +199,29 @@ def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
   names = column_names(scale)
   header = ["Memory", "Method"] + [f"{names[g]} {m}" for g, m in cols]
   rows = []
-  for mem in memories:
-    for meth in methods:
-      row = [mem, meth]
-      for g, m in cols:
-        vals = [_metric(r, g, m) for r in records if r["memory"] == mem and r["method"] == meth and r["group"] == g]
-        paper = aggregate.PAPER_TABLE1.get((mem, meth), {}).get(f"{g}/{m}")
-        row.append(aggregate.cell(aggregate.mean_std(vals), paper))
-      rows.append(row)
+  for mem, meth in table1_rows(methods, memories):
+    row = [mem, meth]
+    for g, m in cols:
+      vals = [_metric(r, g, m) for r in records if r["memory"] == mem and r["method"] == meth and r["group"] == g]
+      paper = aggregate.PAPER_TABLE1.get((mem, meth), {}).get(f"{g}/{m}")
+      row.append(aggregate.cell(aggregate.mean_std(vals), paper))
+    rows.append(row)
+  rows += raw_pixel_rows(records, cols, key=lambda r: r["memory"] if r["method"] == "joint" else None,
+                         label=lambda mem: [mem, "raw pixels (linear)"])
   return header, rows, records
+
+
+def raw_pixel_rows(records, cols, key, label) -> list:
+  """One row per key value: the raw-pixel classifier of those runs (it depends only on the probe's data)."""
+  rows = []
+  for k in sorted({key(r) for r in records} - {None}):
+    row = label(k)
+    for g, m in cols:
+      vals = [r["results"]["baselines"]["raw_pixels"].get(m) for r in records
+              if key(r) == k and r["group"] == g and r.get("results", {}).get("baselines")]
+      row.append(aggregate.cell(aggregate.mean_std(vals)))
+    rows.append(row)
+  return rows
 
 
 def table2(scale, seeds, out):
@@ -279,7 +309,8 @@ def main(argv):
   unknown = [n for n in names if n not in EXPERIMENTS]
   if not names or unknown:
     raise app.UsageError(f"name one or more of {list(EXPERIMENTS)} or 'all' (unknown: {unknown})")
-  grid = dict(methods=tuple(FLAGS.methods), memories=tuple(int(m) for m in FLAGS.memories))
+  memories = FLAGS.memories or (["500"] if FLAGS.scale == "small" else ["200", "500"])
+  grid = dict(methods=tuple(FLAGS.methods), memories=tuple(int(m) for m in memories))
   for name in names:
     if FLAGS.dry_run:
       runs = plan(name, FLAGS.scale, FLAGS.seeds, FLAGS.results, **grid)

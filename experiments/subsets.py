@@ -21,7 +21,7 @@ from lasp_jax import probe
 def embed(run, data, index):
   """Eval-mode head embeddings of ``data.images[index]`` (no augmentation)."""
   return probe.extract_features(run.model, run.state.variables(), data, index, np.zeros(len(index), np.int64),
-                                run.aug_cfg, head=True)
+                                run.aug_cfg, kind="embedding")
 
 
 @functools.partial(jax.jit, static_argnames=("num_classes", "steps"))

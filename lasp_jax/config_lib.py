@@ -5,6 +5,7 @@ Every check raises :class:`ConfigError` with one line naming the bad key.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -14,12 +15,32 @@ from lasp_jax import lookahead, mask_search
 from lasp_jax.data import sources
 from lasp_jax.data.augment import AugmentConfig
 from lasp_jax.errors import ConfigError
+from lasp_jax.train_state import SCHEDULES
 
-METHODS = ("co2l", "sd", "gm", "sd_gm")
-# Published IRD weight (--distill_power) per method.
-DEFAULT_IRD_WEIGHT = {"co2l": 1.0, "gm": 1.0, "sd": 5.0, "sd_gm": 5.0}
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """What a method trains with; everything else (loss, probe, schedule) is shared."""
+  replay: bool         # the memory joins the training pool (else it only feeds the probe)
+  distill: bool        # IRD against the past model
+  cumulative: bool     # task t trains on every task <= t's full data, at the continual pool's step budget
+  sd: bool = False     # IRD on the salient dims only (LASP selective distillation)
+  gm: bool = False     # gradient modulation by EB salience
+  ird_weight: float = 1.0  # published --distill_power
+
+
+METHOD_SPECS = {
+    "co2l": Method(replay=True, distill=True, cumulative=False),
+    "sd": Method(replay=True, distill=True, cumulative=False, sd=True, ird_weight=5.0),
+    "gm": Method(replay=True, distill=True, cumulative=False, gm=True),
+    "sd_gm": Method(replay=True, distill=True, cumulative=False, sd=True, gm=True, ird_weight=5.0),
+    # Baselines. finetune: SupCon on the current task alone (lower bound); joint: all data seen so far (upper bound).
+    "finetune": Method(replay=False, distill=False, cumulative=False, ird_weight=0.0),
+    "joint": Method(replay=False, distill=False, cumulative=True, ird_weight=0.0),
+}
+METHODS = tuple(METHOD_SPECS)
+BASELINES = ("finetune", "joint")
 # Keys that may change between a run and its resumption.
-RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir")
+RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance")
 
 
 def _choice(name, value, allowed):
@@ -30,6 +51,11 @@ def _choice(name, value, allowed):
 def _at_least(name, value, low):
   if value < low:
     raise ConfigError(f"{name} must be >= {low}, got {value}")
+
+
+def _positive(name, value):
+  if not value > 0:
+    raise ConfigError(f"{name} must be > 0, got {value}")
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -43,7 +69,27 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _choice("data.scenario", config.data.scenario, ("class", "domain"))
   _choice("compute_dtype", config.compute_dtype, ("float32", "bfloat16"))
   _choice("train.warmup_target", config.train.warmup_target, ("task", "published"))
+  _choice("train.schedule", config.train.schedule, SCHEDULES)
   _choice("resume", config.resume, ("auto", "force", "never"))
+  _choice("eval.probe", config.eval.probe, ("sgd", "lbfgs"))
+  _choice("model.name", config.model.name, ("resnet18", "mnistnet"))
+  _choice("model.conv_backward", config.model.conv_backward, ("auto", "matmul", "xla"))
+  _positive("train.lr", config.train.lr)
+  _positive("eval.lr", config.eval.lr)
+  _positive("train.temperature", config.train.temperature)
+  _positive("train.base_temperature", config.train.base_temperature)
+  _positive("train.ird_temp_cur", config.train.ird_temp_cur)
+  _positive("train.ird_temp_past", config.train.ird_temp_past)
+  _positive("model.width", config.model.width)
+  for name in ("train.momentum", "eval.momentum"):
+    node, key = config, name.split(".")
+    value = node[key[0]].get(key[1], 0.0)
+    if not 0.0 <= value < 1.0:
+      raise ConfigError(f"{name} must be in [0, 1), got {value}")
+  if not 0.0 < config.train.lr_min_ratio <= 1.0:
+    raise ConfigError(f"train.lr_min_ratio must be in (0, 1], got {config.train.lr_min_ratio}")
+  if config.train.weight_decay < 0:
+    raise ConfigError(f"train.weight_decay must be >= 0, got {config.train.weight_decay}")
   _at_least("model.embedding_dim", config.model.embedding_dim, 2)
   _at_least("train.batch_size", config.train.batch_size, 2)
   _at_least("train.epochs_first", config.train.epochs_first, 1)
@@ -54,8 +100,25 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _at_least("data.num_tasks", config.data.num_tasks, 1)
   _at_least("lasp.restarts", config.lasp.restarts, 1)
   _at_least("lasp.steps", config.lasp.steps, 1)
+  if config.data.rotation_angles and len(config.data.rotation_angles) != config.data.num_tasks:
+    raise ConfigError(f"data.rotation_angles has {len(config.data.rotation_angles)} angles for "
+                      f"{config.data.num_tasks} tasks")
   if config.memory.size < 0:
     raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
+
+
+# model.embedding_dim = 0 in a config: the published size for the method on that dataset.
+PUBLISHED_EMBEDDING_DIM = {"tiny_imagenet": {"co2l": 128, "finetune": 128, "joint": 128, "default": 512}}
+
+
+def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy with every derived setting filled in (``model.embedding_dim = 0`` -> the published size)."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  if c.model.embedding_dim == 0:
+    sizes = PUBLISHED_EMBEDDING_DIM.get(c.dataset, {})
+    c.model.embedding_dim = sizes.get(c.method, sizes.get("default", 128))
+  c.lock()
+  return c
 
 
 def override(config, **dotted):
@@ -69,17 +132,23 @@ def override(config, **dotted):
   return config
 
 
+def method(config) -> Method:
+  return METHOD_SPECS[config.method]
+
+
 def ird_weight(config) -> float:
   w = config.train.ird_weight
-  return DEFAULT_IRD_WEIGHT[config.method] if w is None or w < 0 else float(w)
+  if not method(config).distill:
+    return 0.0
+  return method(config).ird_weight if w is None or w < 0 else float(w)
 
 
 def uses_sd(config) -> bool:
-  return config.method in ("sd", "sd_gm")
+  return method(config).sd
 
 
 def uses_gm(config) -> bool:
-  return config.method in ("gm", "sd_gm")
+  return method(config).gm
 
 
 def augment_config(config) -> AugmentConfig:

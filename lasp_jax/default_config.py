@@ -6,7 +6,7 @@ import ml_collections
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.dataset = "mnist5k"          # mnist5k | mnist | cifar10 | tiny_imagenet | synthetic
-  c.method = "sd"                # co2l | sd | gm | sd_gm
+  c.method = "sd"                # co2l | sd | gm | sd_gm | finetune (lower bound) | joint (upper bound)
   c.seed = 0                     # changes init, shuffling, augmentation, angles, memory, mask search
   c.compute_dtype = "float32"    # float32 | bfloat16 (activations; params and losses stay float32)
   c.resume = "auto"              # auto: continue a matching run in workdir; force: even if config differs; never
@@ -21,6 +21,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.class_order = ()        # a permutation of the labels; () = natural order
   c.data.split_seed = 0          # mnist5k / synthetic train-test split (fixed across run seeds)
   c.data.rmnist_test_uses_last_angle = False  # published bug: every test copy at the last angle
+  c.data.rotation_angles = ()    # domain scenario: explicit degrees, one per task; () = drawn from the seed
   c.data.synthetic = ml_collections.ConfigDict(dict(num_classes=4, image_size=8, channels=3,
                                                     train_per_class=16, test_per_class=8))
 
@@ -28,6 +29,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.name = "mnistnet"      # resnet18 | mnistnet
   c.model.width = 1.0            # channel multiplier (tests use tiny widths)
   c.model.num_blocks = (2, 2, 2, 2)
+  c.model.batch_norm = False     # mnistnet: BatchNorm before every ReLU (the published net has none)
   c.model.embedding_dim = 128
   c.model.normalize_embedding = True
   c.model.conv_backward = "auto"  # auto (matmul gradients on CPU, XLA's elsewhere) | matmul | xla
@@ -50,6 +52,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.epochs = 20            # tasks >= 1 (--epochs)
   c.train.lr = 0.01
   c.train.lr_min_ratio = 1e-3
+  # published_epoch_cosine: cosine stepped per epoch from epoch 1 (a 1-epoch task trains at lr * lr_min_ratio);
+  # step_cosine: per-step cosine from lr, every task learns whatever its length.
+  c.train.schedule = "published_epoch_cosine"
   c.train.warmup_epochs = 0
   c.train.warmup_from = 0.01
   c.train.warmup_target = "task"  # task: warm-up target from the task's own epochs | published: from train.epochs
@@ -76,10 +81,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.lasp.restart_selection = "best"      # best | published_off_by_one
 
   c.eval = ml_collections.ConfigDict()
+  # sgd: the published probe (SGD, step decay, the keys below); lbfgs: a converged L2-regularized logistic
+  # regression on standardized features (linear.py), no learning rate or epochs to tune.
+  c.eval.probe = "sgd"
   c.eval.every_task = True       # probe after every task (full matrix) or after the last only
   c.eval.epochs = 100
   c.eval.lr = 1.0
   c.eval.batch_size = 256
   c.eval.augment = True          # re-augment every probe epoch (faithful) or probe cached features
   c.eval.select_best_on_test = False  # published: best epoch on the test set
+  c.eval.raw_pixels = True       # baseline: converged linear classifier on raw pixels, final probe's data
+  c.eval.standardize = False     # probe on (x - mean) / std of its training features (published: raw features)
   return c

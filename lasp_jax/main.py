@@ -14,6 +14,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default: a new f
 _CACHE = flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla",
                              "Persistent XLA compilation cache ('' = off); reruns skip compilation.")
 _MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (one process per host).")
+_BASELINES = flags.DEFINE_bool("baselines", False,
+                               "Also run finetune (lower bound) and joint (upper bound) with the same config, in "
+                               "WORKDIR/baselines/, and print the comparison.")
 
 
 def default_workdir(config) -> str:
@@ -46,7 +49,7 @@ def main(argv):
   if _MULTIHOST.value:
     import jax  # pylint: disable=g-import-not-at-top
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
-  from lasp_jax import train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
+  from lasp_jax import baselines, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
   xla_cache.enable(_CACHE.value)
   try:
     config = _CONFIG.value
@@ -55,12 +58,20 @@ def main(argv):
     print(f"error: cannot load --config: {_one_line(e)}", file=sys.stderr)
     sys.exit(2)
   workdir = _WORKDIR.value or default_workdir(config)
+  runs = {config.method: (config, workdir)}
+  if _BASELINES.value:
+    runs.update({name: (baselines.baseline_config(config, name), os.path.join(workdir, "baselines", name))
+                 for name in baselines.NAMES if name != config.method})
+  results = {}
   try:
-    results = train.train_and_evaluate(config, workdir)
+    for name, (cfg, wd) in runs.items():
+      results[name] = train.train_and_evaluate(cfg, wd)
   except LaspError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  print(train.summary(results))
+  print(train.summary(results[config.method]))
+  if len(results) > 1:
+    print(baselines.comparison(results))
   print(f"results: {os.path.join(workdir, 'results.json')}")
 
 

@@ -98,7 +98,7 @@ def update(memory: Memory, *, scenario: str, train_labels: np.ndarray, prev_clas
 
 
 def check_capacity(capacity: int, classes_before_last_task: int) -> None:
-  """Refuses a memory that cannot hold one sample of every class it must keep."""
-  if capacity < 0 or capacity < classes_before_last_task:
+  """Refuses a memory that cannot hold one sample of every class it must keep (0: no memory at all)."""
+  if capacity < 0 or 0 < capacity < classes_before_last_task:
     raise ConfigError(f"memory size {capacity} is impossible: it must be >= {classes_before_last_task} "
                       "to hold one sample of every class seen before the last task")

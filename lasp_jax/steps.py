@@ -121,10 +121,15 @@ def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig):
   return jax.jit(chunk, donate_argnums=(0,))
 
 
-def epoch_batches(pool: Batch, batch_size: int, steps_per_call: int, rng: np.random.Generator) -> Batch:
-  """Shuffles the pool (task data + memory) into (calls, S, B) arrays with padding."""
-  n = len(pool.index)
-  order = rng.permutation(n)
+def epoch_batches(pool: Batch, batch_size: int, steps_per_call: int, rng: np.random.Generator,
+                  take: Optional[int] = None) -> Batch:
+  """Shuffles the pool (task data + memory) into (calls, S, B) arrays with padding.
+
+  ``take``: an epoch of only the first ``take`` samples of the shuffle (a
+  fixed step budget over a larger pool: the joint baseline).
+  """
+  order = rng.permutation(len(pool.index))[:take]
+  n = len(order)
   steps = -(-n // batch_size)
   calls = -(-steps // steps_per_call)
   total = calls * steps_per_call * batch_size

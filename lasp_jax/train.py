@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from lasp_jax import checkpoint, config_lib, lookahead, memory as memory_lib, metrics, modulation, probe
+from lasp_jax import checkpoint, config_lib, lookahead, memory as memory_lib, metrics, modulation, probe, provenance
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
@@ -57,7 +57,7 @@ def load_stream(config):
   data = sources.load_dataset(config.dataset, **kwargs)
   if config.data.scenario == "domain":
     stream = streams.domain_incremental(data, config.data.num_tasks, config.seed,
-                                        config.data.rmnist_test_uses_last_angle)
+                                        config.data.rmnist_test_uses_last_angle, tuple(config.data.rotation_angles))
   else:
     stream = streams.class_incremental(data, config.data.num_tasks, tuple(config.data.class_order))
     memory_lib.check_capacity(config.memory.size, (stream.num_tasks - 1) * stream.classes_per_task)
@@ -87,27 +87,39 @@ def loss_config(config, stream) -> LossConfig:
 def probe_config(config) -> probe.ProbeConfig:
   e = config.eval
   return probe.ProbeConfig(epochs=e.epochs, lr=e.lr, batch_size=e.batch_size, augment=e.augment,
-                           select_best_on_test=e.select_best_on_test)
+                           select_best_on_test=e.select_best_on_test, standardize=e.standardize)
 
 
 def task_domain(stream, t: int) -> int:
   return t if stream.scenario == "domain" else 0
 
 
+def task_pool(stream, t: int) -> Batch:
+  """Task t's own training samples, all current."""
+  own = stream.train_indices(t).astype(np.int32)
+  n = len(own)
+  return Batch(own, np.full(n, task_domain(stream, t), np.int32), np.ones(n, bool), np.ones(n, bool))
+
+
 def training_pool(stream, memory: memory_lib.Memory, t: int) -> Batch:
   """Task t's own samples (current) followed by the memory (past)."""
-  own = stream.train_indices(t)
-  mem_domain = memory.tasks if stream.scenario == "domain" else np.zeros(len(memory), np.int64)
-  return Batch(np.concatenate([own, memory.indices]).astype(np.int32),
-               np.concatenate([np.full(len(own), task_domain(stream, t)), mem_domain]).astype(np.int32),
-               np.concatenate([np.ones(len(own), bool), np.zeros(len(memory), bool)]),
-               np.ones(len(own) + len(memory), bool))
+  return Batch(*[np.concatenate(parts) for parts in zip(task_pool(stream, t), memory_pool(stream, memory))])
 
 
 def memory_pool(stream, memory) -> Batch:
   mem_domain = memory.tasks if stream.scenario == "domain" else np.zeros(len(memory), np.int64)
   n = len(memory)
   return Batch(memory.indices.astype(np.int32), mem_domain.astype(np.int32), np.zeros(n, bool), np.ones(n, bool))
+
+
+def warn_if_frozen(t: int, lrs: np.ndarray, *, floor: float) -> bool:
+  """One line on stderr when task t's whole schedule sits at the floor learning rate."""
+  frozen = bool(np.all(lrs <= floor * (1 + 1e-4)))
+  if frozen:
+    tqdm.tqdm.write(f"warning: task {t} trains entirely at the floor learning rate {floor:g} "
+                    f"(train.schedule=published_epoch_cosine with a 1-epoch task); use train.schedule=step_cosine "
+                    f"or more epochs for the task to learn", file=sys.stderr)
+  return frozen
 
 
 # ------------------------------------------------------------------------------ the run
@@ -117,6 +129,7 @@ class ContinualRun:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir, devices=None, on_task_end=None):
     """``on_task_end(run, t)`` may return a JSON-able dict stored under results['extra']."""
+    config = config_lib.resolved(config)
     config_lib.validate(config)
     self.on_task_end = on_task_end
     self.config = config
@@ -195,6 +208,8 @@ class ContinualRun:
     mem = memory_lib.update(self.memory, scenario=s.scenario, train_labels=s.train_labels,
                             prev_classes=s.task_classes(t - 1), capacity=c.memory.size, task=t, seed=c.seed)
     self._set_memory(mem)
+    if not config_lib.method(c).distill:
+      return
     # A copy: the train step donates (and so invalidates) the state's buffers.
     self.past = PastModel(*jax.tree.map(jnp.copy, (self.state.params, self.state.batch_stats)))
     if not (config_lib.uses_sd(c) or config_lib.uses_gm(c)):
@@ -218,21 +233,40 @@ class ContinualRun:
   def epochs_of(self, t: int) -> int:
     return self.config.train.epochs_first if t == 0 else self.config.train.epochs
 
+  def train_pool(self, t: int) -> tuple[Batch, int]:
+    """Task t's training pool as the method defines it, and the samples of one epoch.
+
+    Replay methods: the task's data + the memory. finetune: the task's data only
+    (the memory is kept for the probe). joint: every task <= t's data, an epoch
+    drawing as many samples as a replay method's epoch (same step budget).
+    """
+    spec, s = config_lib.method(self.config), self.stream
+    if spec.replay:
+      pool = training_pool(s, self.memory, t)
+      return pool, len(pool.index)
+    own = task_pool(s, t)
+    if not spec.cumulative:
+      return own, len(own.index)
+    pool = Batch(*[np.concatenate(parts) for parts in zip(*[task_pool(s, j) for j in range(t + 1)])])
+    return pool, min(len(pool.index), len(own.index) + len(self.memory))
+
   def train_task(self, t: int) -> None:
     c = self.config
-    pool = training_pool(self.stream, self.memory, t)
+    pool, per_epoch = self.train_pool(t)
     b, spc = c.train.batch_size, c.train.steps_per_call
-    spe, epochs = num_steps(len(pool.index), b), self.epochs_of(t)
+    spe, epochs = num_steps(per_epoch, b), self.epochs_of(t)
     sched = lr_schedule(base_lr=c.train.lr, epochs=epochs, steps_per_epoch=spe,
                         warmup_epochs=c.train.warmup_epochs, warmup_from=c.train.warmup_from,
                         warmup_target_epochs=c.train.epochs if c.train.warmup_target == "published" else None,
-                        min_ratio=c.train.lr_min_ratio)
+                        min_ratio=c.train.lr_min_ratio, kind=c.train.schedule)
     lrs = schedule_values(sched, epochs * spe)
     mask = jnp.asarray(self.host["mask"], bool)
     prog = self.host["progress"]
+    if prog["epoch"] == 0 and prog["call"] == 0:
+      warn_if_frozen(t, lrs, floor=c.train.lr * c.train.lr_min_ratio)
     bar = tqdm.tqdm(total=epochs, initial=prog["epoch"], desc=f"task {t}", disable=not c.progress, leave=True)
     for e in range(prog["epoch"], epochs):
-      batches = epoch_batches(pool, b, spc, np.random.default_rng([c.seed, t, e]))
+      batches = epoch_batches(pool, b, spc, np.random.default_rng([c.seed, t, e]), take=per_epoch)
       calls = batches.index.shape[0]
       lr_e = np.zeros(calls * spc, np.float32)
       lr_e[:spe] = lrs[e * spe:(e + 1) * spe]
@@ -303,14 +337,25 @@ class ContinualRun:
     return probe.ProbeData(jnp.asarray(pad(pool.index)), jnp.asarray(pad(pool.domain)),
                            jnp.asarray(pad(labels)), jnp.asarray(pad(weight)), feats,
                            jnp.asarray(s.test_labels[test_idx]),
-                           jnp.asarray(tpad(test_task, s.num_tasks), jnp.int32))
+                           jnp.asarray(tpad(test_task, s.num_tasks), jnp.int32), jnp.asarray(test_idx, jnp.int32),
+                           jnp.asarray(test_dom, jnp.int32))
 
   def evaluate(self, t: int) -> None:
     s = self.stream
     key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), 104729 + t)
-    res = probe.run_probe(key, self.model, self.state.variables(), self.data, self.probe_data(t),
-                          aug_cfg=self.aug_cfg, cfg=probe_config(self.config), num_classes=s.num_classes,
-                          num_tasks=s.num_tasks, classes_per_task=s.classes_per_task, scenario=s.scenario)
+    pd = self.probe_data(t)
+    kw = dict(aug_cfg=self.aug_cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
+              classes_per_task=s.classes_per_task, scenario=s.scenario)
+    if self.config.eval.probe == "lbfgs":
+      res = probe.linear_readout(self.model, self.state.variables(), self.data, self.test_data, pd, kind="encoder",
+                                 **kw)
+    else:
+      res = probe.run_probe(key, self.model, self.state.variables(), self.data, pd, cfg=probe_config(self.config),
+                            **kw)
+    if t == s.num_tasks - 1 and self.config.eval.raw_pixels:
+      pixels = probe.linear_readout(self.model, self.state.variables(), self.data, self.test_data, pd, kind="pixels",
+                                    **kw)
+      self.host["baselines"] = {"raw_pixels": pixels.overall}
     for name, row in res.per_task.items():
       self.host["acc"][name][t] = [None if not np.isfinite(v) else float(v) for v in row]
       self.host["overall"][name][t] = res.overall[name]
@@ -322,7 +367,8 @@ class ContinualRun:
   def run(self) -> dict:
     self._t_start = time.perf_counter()
     resumed = self.maybe_restore()
-    checkpoint.write_json_atomic(self.workdir / "config.json", config_lib.flat(self.config))
+    checkpoint.write_json_atomic(self.workdir / "config.json",
+                                 {**config_lib.flat(self.config), "provenance": provenance.provenance()})
     if resumed:
       p = self.host["progress"]
       tqdm.tqdm.write(f"resuming {self.workdir}: task {p['task']}, epoch {p['epoch']}, chunk {p['call']}",
@@ -367,8 +413,9 @@ class ContinualRun:
         "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
         "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
         "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
-        "extra": h.get("extra", []),
+        "extra": h.get("extra", []), "baselines": h.get("baselines", {}),
         "wall_time_s": round(h["wall_time_s"] + time.perf_counter() - self._t_start, 2),
+        "provenance": provenance.provenance(),
     }
 
 
@@ -390,5 +437,8 @@ def summary(results: dict) -> str:
     f, b = results["forgetting"][name], results["bwt"][name]
     lines.append(f"final {name}: {v:.2f}%  forgetting: {'-' if f is None else f'{f:.2f}'}  "
                  f"bwt: {'-' if b is None else f'{b:.2f}'}")
+  for name, accs in results.get("baselines", {}).items():
+    lines.append(f"baseline {name} (converged linear classifier on the final probe's data): " +
+                 ", ".join(f"{m} {v:.2f}%" for m, v in accs.items()))
   lines.append(f"wall time: {results['wall_time_s']:.1f} s")
   return "\n".join(lines)

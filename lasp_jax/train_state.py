@@ -55,23 +55,33 @@ def create_train_state(model, tx, sample_input, seed: int) -> TrainState:
                     batch_stats=variables.get("batch_stats", {}), opt_state=tx.init(params), rng=state_key)
 
 
+SCHEDULES = ("published_epoch_cosine", "step_cosine")
+
+
 def lr_schedule(*, base_lr: float, epochs: int, steps_per_epoch: int, warmup_epochs: int = 0,
                 warmup_from: float = 0.01, warmup_target_epochs: int | None = None,
-                min_ratio: float = 1e-3) -> optax.Schedule:
-  """The published per-task schedule as an optax schedule of the in-task step.
+                min_ratio: float = 1e-3, kind: str = "published_epoch_cosine") -> optax.Schedule:
+  """The per-task learning-rate schedule as an optax schedule of the in-task step.
 
-  Cosine annealing applied once per epoch (epochs counted from 1, so the last
-  epoch runs at ``base_lr * min_ratio``), preceded by a per-step linear warm-up
-  from ``warmup_from`` to the cosine value at the end of the warm-up. The
-  published code computes that target with the later tasks' epoch count even for
-  task 0; pass ``warmup_target_epochs`` to reproduce it.
+  ``published_epoch_cosine``: cosine annealing applied once per epoch, epochs
+  counted from 1, so the last epoch runs at ``base_lr * min_ratio`` (and a task of
+  one epoch runs entirely there). ``step_cosine``: the same curve evaluated at
+  every step from step 0, so every task starts at ``base_lr`` whatever its
+  length. Either is preceded by a per-step linear warm-up from ``warmup_from`` to
+  the cosine value at the end of the warm-up. The published code computes that
+  target with the later tasks' epoch count even for task 0; pass
+  ``warmup_target_epochs`` to reproduce it.
   """
+  if kind not in SCHEDULES:
+    raise ValueError(f"unknown schedule {kind!r}; expected one of {SCHEDULES}")
   eta_min = base_lr * min_ratio
 
   def cosine_at_epoch(epoch, total):
     return eta_min + (base_lr - eta_min) * (1 + jnp.cos(math.pi * epoch / total)) / 2
 
   def cosine(step):
+    if kind == "step_cosine":
+      return cosine_at_epoch(step / steps_per_epoch, epochs)
     return cosine_at_epoch(step // steps_per_epoch + 1, epochs)
 
   if warmup_epochs <= 0:

@@ -23,14 +23,29 @@ def golden_files(family: str) -> list[str]:
   return files
 
 
+class MissingGolden(dict):
+  """Stands in for an absent golden family: the first read fails the test (never skips or xfails)."""
+
+  def __init__(self, message: str):
+    super().__init__()
+    self.message = message
+
+  def __getitem__(self, key):
+    pytest.fail(self.message)
+
+
 def golden_params(family: str):
-  """pytest parametrization over every seed file of a golden family."""
+  """pytest parametrization over every seed file of a golden family; each id starts with "golden-".
+
+  A missing directory or family gives one failing test per function (so CI
+  cannot pass without the goldens), not a collection error.
+  """
   try:
     files = golden_files(family)
-  except FileNotFoundError as e:  # Surface as a failing test, not a collection crash.
-    return pytest.mark.parametrize("golden", [pytest.param(None, marks=pytest.mark.xfail(reason=str(e), strict=True))])
+  except FileNotFoundError as e:
+    return pytest.mark.parametrize("golden", [MissingGolden(str(e))], ids=[f"golden-{family}-missing"])
   return pytest.mark.parametrize("golden", [dict(np.load(f)) for f in files],
-                                 ids=[os.path.basename(f) for f in files])
+                                 ids=[f"golden-{os.path.basename(f)}" for f in files])
 
 
 def tiny_config(**overrides):

@@ -79,7 +79,8 @@ def test_subset_classifier_reaches_the_bayes_rate_at_embedding_scale():
 def test_paper_scale_grids_are_complete_and_valid(tmp_path):
   """What `--scale=paper` would run, checked without data: sizes, validated configs, published settings."""
   plans = {name: run.plan(name, "paper", 5, str(tmp_path)) for name in run.EXPERIMENTS}
-  assert {k: len(v) for k, v in plans.items()} == {"table1": 4 * 2 * 3 * 5, "table2": 3 * 2 * 5,
+  # Table 1: (4 methods + finetune + joint) x 2 memories + finetune without memory, x 3 datasets x 5 seeds.
+  assert {k: len(v) for k, v in plans.items()} == {"table1": (6 * 2 + 1) * 3 * 5, "table2": 3 * 2 * 5,
                                                     "embedding": 2 * 2 * 6 * 5, "table3": 5}
   for name, runs in plans.items():
     assert len({wd for _, _, wd, _ in runs}) == len(runs), f"{name}: two grid points share a workdir"
@@ -88,6 +89,13 @@ def test_paper_scale_grids_are_complete_and_valid(tmp_path):
     by_group.setdefault(tags["group"], set()).add(config.dataset)
     assert config.memory.size == tags["memory"] and config.method == tags["method"] and config.seed == tags["seed"]
   assert by_group == {"cifar10": {"cifar10"}, "tiny": {"tiny_imagenet"}, "rmnist": {"mnist"}}
+  # The published R-MNIST commands: SD searches on onlypast, GM and SD+GM on onlycurrent.
+  rmnist = {t["method"]: c.lasp.srs_data for t, c, _, _ in plans["table1"] if t["group"] == "rmnist"}
+  assert rmnist["sd"] == "onlypast" and rmnist["gm"] == rmnist["sd_gm"] == "onlycurrent"
+  # Tiny-ImageNet: D = 128 for Co2L, 512 for the LASP methods, as published.
+  tiny = {t["method"]: c.model.embedding_dim for t, c, _, _ in plans["table1"] if t["group"] == "tiny"}
+  assert tiny["co2l"] == 128 and tiny["sd"] == tiny["gm"] == tiny["sd_gm"] == 512
+  assert {t["memory"] for t, _, _, _ in plans["table1"] if t["method"] == "finetune"} == {0, 200, 500}
   assert all(c.memory.size == 500 for _, c, _, _ in plans["embedding"] + plans["table2"])  # as in the paper
   assert {(t["srs"], c.lasp.srs_data) for t, c, _, _ in plans["table2"]} == {(s, s) for s in run.SRS}
   t1_sd500 = {wd.name for t, _, wd, _ in plans["table1"] if t["method"] == "sd" and t["memory"] == 500

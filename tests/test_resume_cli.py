@@ -62,6 +62,9 @@ def test_resume_with_different_config_is_refused(reference, tmp_path):
 
 def test_same_seed_same_results_different_seed_differs(reference, tmp_path):
   expected = reference
+  again = main(tmp_path / "again")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert strip_timing(json.loads((tmp_path / "again" / "results.json").read_text())) == strip_timing(expected)
   out = main(tmp_path, "--config.seed=1")
   assert out.returncode == 0, out.stderr[-3000:]
   other = json.loads((tmp_path / "results.json").read_text())
@@ -75,9 +78,18 @@ def test_same_seed_same_results_different_seed_differs(reference, tmp_path):
     (["--config=configs/nonexistent.py"], "nonexistent.py"),
     (["--config.dataset=cifar100"], "unknown dataset 'cifar100'"),
     (["--config.dataset=cifar10", "--config.data.data_dir=/nonexistent/dir"], "cifar-10-batches-bin"),
+    (["--config.model.name=vgg"], "unknown model.name 'vgg'"),
+    (["--config.model.conv_backward=foo"], "unknown model.conv_backward 'foo'"),
+    (["--config.train.lr=-1"], "train.lr must be > 0, got -1"),
+    (["--config.train.momentum=1.0"], "train.momentum must be in [0, 1), got 1.0"),
+    (["--config.method=joint", "--config.train.schedule=cosine"], "unknown train.schedule 'cosine'"),
+    (["--config.data.scenario=domain", "--config.data.rotation_angles=(10.0,20.0)"],
+     "data.rotation_angles has 2 angles for 5 tasks"),
 ])
 def test_cli_errors_are_one_clear_line(tmp_path, args, message):
   out = subprocess.run([sys.executable, "-m", "lasp_jax.main", "--config=configs/tiny.py",
                         f"--workdir={tmp_path}", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert out.returncode != 0
+  assert out.returncode == 2
   assert message in out.stderr and "Traceback" not in out.stderr
+  assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+  assert not (tmp_path / "results.json").exists() and not (tmp_path / "checkpoints").exists()

@@ -49,8 +49,9 @@ def test_eb_mlp_golden(golden):
 @golden_params("eb")
 def test_gradient_modulation_mlp_golden(golden):
   g = golden
-  gamma = {"fc1": {"kernel": g["gamma_W1"].T, "bias": np.zeros_like(g["b1"])},
-           "fc2": {"kernel": g["gamma_W2"].T, "bias": np.zeros_like(g["b2"])}}
+  # The pipeline defines bias salience as 1 (README); a modulated bias would then get a zero gradient.
+  gamma = {"fc1": {"kernel": g["gamma_W1"].T, "bias": np.ones_like(g["b1"])},
+           "fc2": {"kernel": g["gamma_W2"].T, "bias": np.ones_like(g["b2"])}}
   grads = {"fc1": {"kernel": g["grad_W1"].T, "bias": g["grad_b1"]},
            "fc2": {"kernel": g["grad_W2"].T, "bias": g["grad_b2"]}}
   out = modulation.modulate(jax.tree.map(jnp.asarray, grads), jax.tree.map(jnp.asarray, gamma))

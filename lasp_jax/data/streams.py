@@ -75,16 +75,20 @@ def rotation_angles(num_tasks: int, seed: int) -> np.ndarray:
 
 
 def domain_incremental(data: ArrayDataset, num_tasks: int, seed: int,
-                       test_uses_last_angle: bool = False) -> TaskStream:
+                       test_uses_last_angle: bool = False, angles=()) -> TaskStream:
   """Rotated digits: every task holds all classes at its own angle.
 
   Args:
     test_uses_last_angle: reproduce the published bug where every task's test
       copy is rotated by the last task's angle.
+    angles: explicit angles in degrees, one per task (e.g. a published run's,
+      to reproduce its stream exactly); empty = drawn from ``seed``.
   """
   if num_tasks < 1:
     raise ConfigError(f"data.num_tasks must be >= 1, got {num_tasks}")
-  angles = rotation_angles(num_tasks, seed)
+  if len(angles) not in (0, num_tasks):
+    raise ConfigError(f"data.rotation_angles has {len(angles)} angles for {num_tasks} tasks")
+  angles = np.asarray(angles, np.float64) if len(angles) else rotation_angles(num_tasks, seed)
   test_angles = np.full(num_tasks, angles[-1]) if test_uses_last_angle else angles.copy()
   return TaskStream("domain", num_tasks, data.num_classes, data.num_classes, data.train_labels,
                     data.test_labels, angles, test_angles, np.arange(data.num_classes))

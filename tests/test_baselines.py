@@ -1,0 +1,178 @@
+"""Baselines (finetune, joint, raw pixels), the converged readout, schedules, and that every task trains."""
+
+import jax
+import numpy as np
+import pytest
+
+from lasp_jax import config_lib, linear, train
+from lasp_jax.errors import ConfigError
+from lasp_jax.train_state import lr_schedule, schedule_values
+from tests.conftest import tiny_config
+
+
+# ----------------------------------------------------------------------------- the converged readout
+
+def _gaussians(rng, n_per_class, means, sd=1.0):
+  x = np.concatenate([rng.normal(m, sd, (n_per_class, len(m))) for m in means])
+  return x, np.repeat(np.arange(len(means)), n_per_class)
+
+
+def test_logistic_regression_is_at_its_optimum():
+  rng = np.random.default_rng(0)
+  x, y = _gaussians(rng, 200, [(0, 0, 0), (3, 0, 0), (0, 3, 0)])
+  x = x * np.array([1000.0, 1.0, 1e-3])  # wildly different scales: standardization must absorb them
+  w = rng.uniform(0.5, 2.0, len(y))
+  clf = linear.fit_logistic(x, y, num_classes=3, sample_weight=w, l2=1e-2)
+  xs = (x - clf.mean) / clf.scale
+  p = np.exp(clf.logits(x) - clf.logits(x).max(1, keepdims=True))
+  p /= p.sum(1, keepdims=True)
+  d = (w / w.sum())[:, None] * (p - np.eye(3)[y])
+  np.testing.assert_allclose(xs.T @ d + 1e-2 * clf.weight, 0, atol=1e-5)  # stationary: gradient of the objective
+  np.testing.assert_allclose(d.sum(0), 0, atol=1e-5)
+  assert np.mean(np.argmax(clf.logits(x), 1) == y) > 0.9
+
+
+def test_logistic_regression_reaches_the_bayes_rate():
+  rng = np.random.default_rng(1)
+  means = [(0.0, 0.0), (2.0, 0.0)]
+  x, y = _gaussians(rng, 2000, means)
+  xt, yt = _gaussians(rng, 20000, means)
+  clf = linear.fit_logistic(x, y, num_classes=2)
+  acc = np.mean(np.argmax(clf.logits(xt), 1) == yt)
+  bayes = 0.8413  # Phi(1): the optimal boundary is x0 = 1
+  assert abs(acc - bayes) < 0.01, acc
+
+
+def test_zero_weight_rows_are_ignored():
+  rng = np.random.default_rng(2)
+  x, y = _gaussians(rng, 100, [(0, 0), (2, 2)])
+  junk = rng.normal(50, 10, (30, 2))
+  both = linear.fit_logistic(np.concatenate([x, junk]), np.concatenate([y, np.zeros(30, int)]), num_classes=2,
+                             sample_weight=np.concatenate([np.ones(len(y)), np.zeros(30)]))
+  alone = linear.fit_logistic(x, y, num_classes=2)
+  np.testing.assert_allclose(both.logits(x), alone.logits(x), atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- schedules
+
+def test_published_epoch_cosine_hand_values():
+  # 2 epochs of 2 steps, lr 1, floor 0.1: epoch 1 -> cos(pi/2) -> 0.55, epoch 2 -> cos(pi) -> the floor.
+  lrs = schedule_values(lr_schedule(base_lr=1.0, epochs=2, steps_per_epoch=2, min_ratio=0.1), 4)
+  np.testing.assert_allclose(lrs, [0.55, 0.55, 0.1, 0.1], rtol=1e-6)
+  one = schedule_values(lr_schedule(base_lr=1.0, epochs=1, steps_per_epoch=3, min_ratio=0.1), 3)
+  np.testing.assert_allclose(one, [0.1] * 3, rtol=1e-6)  # the published 1-epoch task: all at the floor
+  assert train.warn_if_frozen(1, one, floor=0.1)
+
+
+def test_step_cosine_hand_values_and_no_frozen_task():
+  lrs = schedule_values(lr_schedule(base_lr=1.0, epochs=1, steps_per_epoch=4, min_ratio=0.1, kind="step_cosine"), 4)
+  expected = [0.1 + 0.9 * (1 + np.cos(np.pi * s / 4)) / 2 for s in range(4)]
+  np.testing.assert_allclose(lrs, expected, rtol=1e-6)
+  assert lrs[0] == pytest.approx(1.0) and not train.warn_if_frozen(1, lrs, floor=0.1)
+
+
+def test_warmup_targets_task_and_published():
+  # 4 epochs of 1 step, warm-up 2 epochs from 0: target = cosine value at epoch 2 of 4 (task) or of 10 (published).
+  task = schedule_values(lr_schedule(base_lr=1.0, epochs=4, steps_per_epoch=1, warmup_epochs=2, warmup_from=0.0,
+                                     min_ratio=0.0), 4)
+  pub = schedule_values(lr_schedule(base_lr=1.0, epochs=4, steps_per_epoch=1, warmup_epochs=2, warmup_from=0.0,
+                                    warmup_target_epochs=10, min_ratio=0.0), 4)
+  cos = lambda e, n: (1 + np.cos(np.pi * e / n)) / 2
+  np.testing.assert_allclose(task, [0.0, cos(2, 4) / 2, cos(3, 4), cos(4, 4)], atol=1e-6)
+  np.testing.assert_allclose(pub[:2], [0.0, cos(2, 10) / 2], atol=1e-6)
+
+
+def test_frozen_task_is_warned_in_a_run(tmp_path, capsys):
+  config = tiny_config(**{"data.num_tasks": 2, "train.epochs": 1, "train.schedule": "published_epoch_cosine"})
+  train.ContinualRun(config, tmp_path).run()
+  err = capsys.readouterr().err
+  assert "warning: task 1 trains entirely at the floor learning rate" in err
+  assert "task 0 trains entirely" not in err
+
+
+# ----------------------------------------------------------------------------- runs
+
+def _param_change(a, b) -> float:
+  diff = sum(float(np.sum((np.asarray(x) - np.asarray(y)) ** 2)) for x, y in zip(jax.tree.leaves(a),
+                                                                                 jax.tree.leaves(b)))
+  return np.sqrt(diff / sum(float(np.sum(np.asarray(y) ** 2)) for y in jax.tree.leaves(b)))
+
+
+@pytest.fixture(scope="module")
+def co2l_run(tmp_path_factory):
+  run = train.ContinualRun(tiny_config(method="co2l"), tmp_path_factory.mktemp("co2l"))
+  return run, run.run()
+
+
+def test_every_task_trains(co2l_run):
+  """Later tasks learn: the network moves during the last task and every task starts at the full lr."""
+  run, results = co2l_run
+  # The past model is the network at the start of the last task.
+  assert _param_change(run.state.params, run.past.params) > 1e-2
+  for t in range(results["num_tasks"]):
+    first = next(c for c in results["curves"] if c["task"] == t)
+    assert first["lr"] > 0.5 * run.config.train.lr, (t, first)
+  # The tiny config's last task: far above the 50 % chance of its two digits.
+  assert results["acc_matrix"]["task_il"][-1][-1] > 90
+
+
+def test_a_frozen_last_task_does_not_move_the_network(tmp_path):
+  """The check above can fail: at the floor lr the last task leaves the network (almost) where it was."""
+  run = train.ContinualRun(tiny_config(method="co2l", **{"data.num_tasks": 2, "train.epochs": 1,
+                                                         "train.schedule": "published_epoch_cosine"}), tmp_path)
+  run.run()
+  assert _param_change(run.state.params, run.past.params) < 1e-3
+
+
+def test_raw_pixel_baseline_in_results(co2l_run):
+  _, results = co2l_run
+  px = results["baselines"]["raw_pixels"]
+  assert set(px) == {"class_il", "task_il"}
+  assert 50 < px["class_il"] < 100 and px["task_il"] > 90  # a real classifier of 10 digits, not chance
+  assert results["provenance"]["jax"] == jax.__version__ and "git_commit" in results["provenance"]
+
+
+@pytest.mark.parametrize("method", ["finetune", "joint"])
+def test_baseline_methods(tmp_path, method):
+  run = train.ContinualRun(tiny_config(method=method, **{"train.epochs_first": 1, "train.epochs": 1}), tmp_path)
+  pools = []
+  results = run.run()
+  assert run.past is None and results["boundaries"] == []          # no distillation, no LASP work
+  assert len(run.memory) == run.config.memory.size                    # the probe still sees the memory
+  assert config_lib.ird_weight(run.config) == 0.0
+  assert all(c["ird"] == 0.0 for c in results["curves"])
+  for t in range(3):
+    pool, per_epoch = run.train_pool(t)
+    labels = run.stream.train_labels[pool.index]
+    pools.append((set(np.unique(labels)), per_epoch, pool.is_current.all()))
+  if method == "finetune":
+    assert [p[0] for p in pools] == [{0, 1}, {2, 3}, {4, 5}] and all(p[2] for p in pools)
+    assert pools[2][1] == len(run.stream.train_indices(2))
+  else:  # every task so far, at the step budget of a replay method's epoch
+    assert [p[0] for p in pools] == [{0, 1}, {0, 1, 2, 3}, {0, 1, 2, 3, 4, 5}] and all(p[2] for p in pools)
+    assert pools[2][1] == len(run.stream.train_indices(2)) + run.config.memory.size
+
+
+def test_explicit_rotation_angles(tmp_path):
+  angles = (10.0, 95.5)
+  config = tiny_config(**{"data.scenario": "domain", "data.num_tasks": 2, "data.rotation_angles": angles,
+                          "model.normalize_embedding": False})
+  _, stream = train.load_stream(config)
+  np.testing.assert_allclose(stream.angles, angles)
+  np.testing.assert_allclose(stream.test_angles, angles)
+  with pytest.raises(ConfigError, match="data.rotation_angles has 1 angles for 2 tasks"):
+    config_lib.validate(tiny_config(**{"data.scenario": "domain", "data.num_tasks": 2,
+                                       "data.rotation_angles": (5.0,)}))
+
+
+def test_tiny_imagenet_embedding_size_follows_the_method():
+  from configs import tinyimagenet  # pylint: disable=import-outside-toplevel
+  sizes = {}
+  for method in ("co2l", "sd", "gm", "sd_gm"):
+    c = tinyimagenet.get_config()
+    c.method = method
+    sizes[method] = config_lib.resolved(c).model.embedding_dim
+  assert sizes == {"co2l": 128, "sd": 512, "gm": 512, "sd_gm": 512}
+  c = tinyimagenet.get_config()
+  c.method, c.model.embedding_dim = "co2l", 64
+  assert config_lib.resolved(c).model.embedding_dim == 64  # an explicit size wins

@@ -111,9 +111,29 @@ def validate(config: ml_collections.ConfigDict) -> None:
 PUBLISHED_EMBEDDING_DIM = {"tiny_imagenet": {"co2l": 128, "finetune": 128, "joint": 128, "default": 512}}
 
 
+# preset = "published": every behaviour of the published code that lasp_jax fixes by default
+# (shared/spec/protocol.md section 8), set at once for side-by-side runs with it.
+PUBLISHED_PRESET = {
+    "lasp.mask_objective": "published_all_pairs",
+    "lasp.restart_selection": "published_off_by_one",
+    "model.past_bn": "running",
+    "data.rmnist_test_uses_last_angle": True,
+    "train.warmup_target": "published",
+    "train.schedule": "published_epoch_cosine",
+    "eval.probe": "sgd",
+    "eval.standardize": False,
+    "eval.select_best_on_test": True,
+    "eval.every_task": False,
+}
+PRESETS = {"": {}, "published": PUBLISHED_PRESET}
+
+
 def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """A copy with every derived setting filled in (``model.embedding_dim = 0`` -> the published size)."""
+  """A copy with every derived setting filled in: the preset's keys (they win over the
+  config's), and ``model.embedding_dim = 0`` -> the published size for the method."""
   c = ml_collections.ConfigDict(config.to_dict())
+  _choice("preset", c.get("preset", ""), PRESETS)
+  override(c, **PRESETS[c.get("preset", "")])
   if c.model.embedding_dim == 0:
     sizes = PUBLISHED_EMBEDDING_DIM.get(c.dataset, {})
     c.model.embedding_dim = sizes.get(c.method, sizes.get("default", 128))

@@ -11,6 +11,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.compute_dtype = "float32"    # float32 | bfloat16 (activations; params and losses stay float32)
   c.resume = "auto"              # auto: continue a matching run in workdir; force: even if config differs; never
   c.progress = True              # progress bars on stderr
+  # "published": set every published behaviour at once (config_lib.PUBLISHED_PRESET: mask objective, restart
+  # selection, past-model BN, last-angle R-MNIST test, warm-up target, per-epoch cosine, SGD probe on raw
+  # features keeping its best epoch on the test set, probe after the last task only); it wins over those keys.
+  c.preset = ""
 
   c.data = ml_collections.ConfigDict()
   c.data.data_dir = ""           # where the dataset files are (see README, "Data")

@@ -364,6 +364,14 @@ class ContinualRun:
     self.host["probe_epoch"][t] = res.epoch
 
   # ---------------------------------------------------------------- driver
+  def _timed(self, phase: str, fn, t: int) -> None:
+    """Runs fn(t), adding its wall seconds (device work finished) to the phase's total."""
+    t0 = time.perf_counter()
+    fn(t)
+    jax.block_until_ready(self.state.params)
+    timing = self.host.setdefault("timing", {})
+    timing[phase] = round(timing.get(phase, 0.0) + time.perf_counter() - t0, 3)
+
   def run(self) -> dict:
     self._t_start = time.perf_counter()
     resumed = self.maybe_restore()
@@ -382,12 +390,12 @@ class ContinualRun:
     for t in range(prog["task"], self.stream.num_tasks):
       if not prog["boundary_done"]:
         if t > 0:
-          self.boundary(t)
+          self._timed("boundary_s", self.boundary, t)
         prog["boundary_done"] = True
-      self.train_task(t)
+      self._timed("train_s", self.train_task, t)
       if self.config.eval.every_task or t == self.stream.num_tasks - 1:
         fault_point(f"probe:{t}")
-        self.evaluate(t)
+        self._timed("probe_s", self.evaluate, t)
       if self.on_task_end is not None:
         self.host.setdefault("extra", []).append({"task": t, **(self.on_task_end(self, t) or {})})
       prog.update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[])
@@ -413,7 +421,7 @@ class ContinualRun:
         "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
         "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
         "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
-        "extra": h.get("extra", []), "baselines": h.get("baselines", {}),
+        "extra": h.get("extra", []), "baselines": h.get("baselines", {}), "timing": h.get("timing", {}),
         "wall_time_s": round(h["wall_time_s"] + time.perf_counter() - self._t_start, 2),
         "provenance": provenance.provenance(),
     }

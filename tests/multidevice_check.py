@@ -20,7 +20,7 @@ def run_on(devices, workdir, reference_state=None):
   start from identical weights) runs the mask search, EB and the probe."""
   config = tiny_config(**{"data.num_tasks": 2, "model.name": "resnet18", "model.width": 0.0625,
                           "model.num_blocks": (1, 1), "train.batch_size": 16, "train.steps_per_call": 2,
-                          "augment.size": 28, "eval.epochs": 2})
+                          "augment.size": 28, "eval.epochs": 2, "eval.probe": "sgd"})  # the compiled probe
   run = train.ContinualRun(config, workdir, devices=devices)
   pool = train.training_pool(run.stream, run.memory, 0)
   b = epoch_batches(pool, 16, 2, np.random.default_rng(0))

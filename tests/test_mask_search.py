@@ -119,3 +119,4 @@ def test_own_class_search_finds_discriminative_dims():
   res = ms.search(jax.random.PRNGKey(5), feats, labels, jnp.ones(60, bool), num_classes=3, restarts=16)
   assert float(res.accuracy) == 1.0
   assert bool(jnp.all(res.mask[:3]))
+  assert not bool(jnp.any(res.mask[3:]))  # the constant dim and the 12 shared-noise dims are dropped

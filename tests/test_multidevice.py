@@ -17,7 +17,9 @@ def test_one_device_equals_four_devices(tmp_path):
   assert out.returncode == 0, out.stderr[-4000:]
   z = np.load(tmp_path / "out.npz")
   keys = sorted(k[4:] for k in z.files if k.startswith("one_"))
-  assert any(k.startswith("p") for k in keys) and any(k.startswith("s") for k in keys)
+  assert keys == sorted(k[5:] for k in z.files if k.startswith("four_"))  # nothing only one side has
+  for prefix in ("p", "s", "g"):  # params, BN statistics and every EB salience leaf are compared
+    assert any(k.startswith(prefix) and k[1:].isdigit() for k in keys), prefix
   for k in keys:
     if k == "mask":
       np.testing.assert_array_equal(z["one_mask"], z["four_mask"])

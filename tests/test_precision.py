@@ -24,4 +24,6 @@ def test_bf16_losses_within_tolerance_of_fp32():
     vals[name] = (losses.supcon_loss(features=z, labels=labels, is_current=labels < 2, temperature=0.5),
                   losses.ird_loss(z_cur=z, z_past=zp, temp_cur=0.2, temp_past=0.01))
   np.testing.assert_allclose(vals["bf16"], vals["fp32"], rtol=TOL)
+  # ... and bf16 did compute in bf16: the losses are not the float32 ones to float32 rounding.
+  assert not np.allclose(vals["bf16"], vals["fp32"], rtol=1e-5, atol=0)
   assert jax.tree.leaves(v["params"])[0].dtype == jnp.float32

@@ -11,7 +11,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
         "--config.train.checkpoint_every_steps=4"]
-TIMING = {"wall_time_s", "search_s", "eb_s"}
+TIMING = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s"}
 
 
 def main(workdir, *extra, fault=None):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import mask_search, modulation, probe, steps, train
+from lasp_jax import lookahead, mask_search, modulation, probe, steps, train
 from lasp_jax.errors import ConfigError, TrainingError
 from tests.conftest import tiny_config
 
@@ -63,12 +63,35 @@ def test_no_recompilation_across_epochs_and_tasks(sd_run):
 @pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])
 def test_every_method_runs(tmp_path, method):
   config = _two_tasks(method=method)
-  results = train.ContinualRun(config, tmp_path).run()
+  run = train.ContinualRun(config, tmp_path)
+  results = run.run()
   assert results["method"] == method
   assert np.isfinite(results["final"]["class_il"])
+  gamma = modulation.get_salience(run.state.opt_state)
   if method in ("gm", "sd_gm"):
+    # The salience the optimizer holds is the boundary's, and its reported frozen fraction is that of it.
     frac = results["boundaries"][0]["frac_weights_gamma_ge_1"]
-    assert 0 <= frac <= 1 and results["boundaries"][0]["eb_s"] is not None
+    assert frac == pytest.approx(lookahead.weight_fraction_frozen(gamma))
+    assert any(float(jnp.max(g)) > 0 for g in jax.tree.leaves(gamma)) and results["boundaries"][0]["eb_s"] is not None
+  else:
+    assert all(float(jnp.max(jnp.abs(g))) == 0 for g in jax.tree.leaves(gamma))  # no modulation without GM
+
+
+def test_gm_in_the_optimizer_chain():
+  """GM scales the raw gradient before weight decay and momentum: a weight with gamma >= 1 moves by
+  weight decay (and momentum) only; gamma 0.5 halves the gradient's share."""
+  from lasp_jax.train_state import make_optimizer, with_learning_rate  # pylint: disable=import-outside-toplevel
+  tx = make_optimizer(momentum=0.9, weight_decay=0.1)
+  params = {"w": {"kernel": jnp.array([1.0, 1.0, 1.0])}}
+  state = with_learning_rate(tx.init(params), 0.5)
+  state = modulation.set_salience(state, {"w": {"kernel": jnp.array([0.0, 0.5, 2.0])}})
+  grads = {"w": {"kernel": jnp.array([2.0, 2.0, 2.0])}}
+  upd, state = tx.update(grads, state, params)
+  # step 1: -lr * (g * (1 - min(1, gamma)) + wd * p)
+  np.testing.assert_allclose(upd["w"]["kernel"], [-0.5 * (2.0 + 0.1), -0.5 * (1.0 + 0.1), -0.5 * 0.1], rtol=1e-6)
+  upd2, _ = tx.update(grads, state, params)
+  # step 2: momentum buffer 0.9 * b1 + b1 (the same modulated gradient)
+  np.testing.assert_allclose(upd2["w"]["kernel"], 1.9 * np.asarray(upd["w"]["kernel"]), rtol=1e-6)
 
 
 def test_domain_incremental_run(tmp_path):
@@ -122,6 +145,25 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
     train.ContinualRun(config, tmp_path).run()
   assert not (tmp_path / "results.json").exists()
   assert not list((tmp_path / "checkpoints").glob("*/"))  # nothing non-finite was saved
+
+
+def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
+  """Task 0 trains and is checkpointed; task 1 diverges: the error names that checkpoint, which restores."""
+  config = _two_tasks(method="co2l")
+  run = train.ContinualRun(config, tmp_path)
+  real = run.chunk_fn
+
+  def diverging(state, past, *args):
+    new, m = real(state, past, *args)
+    return new, m * jnp.nan if past is not None else m  # only task 1 has a past model
+  run.chunk_fn = diverging
+  with pytest.raises(TrainingError, match=r"non-finite loss at task 1, epoch 1, step 1 of the epoch; last good "
+                                          r"checkpoint: \d+ in "):
+    run.run()
+  assert not (tmp_path / "results.json").exists()
+  again = train.ContinualRun(config, tmp_path)
+  assert again.maybe_restore() and again.host["progress"]["task"] == 1
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(again.state.params))
 
 
 @pytest.mark.parametrize("key,value,match", [

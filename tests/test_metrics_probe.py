@@ -1,0 +1,85 @@
+"""Metrics against hand-computed matrices, Task-IL masking, and the SGD probe's switches."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lasp_jax import metrics, probe, train
+from tests.conftest import tiny_config
+
+NAN = np.nan
+
+
+def test_forgetting_and_bwt_hand_values():
+  a = np.array([[90.0, NAN, NAN],
+                [70.0, 80.0, NAN],
+                [60.0, 85.0, 75.0]])
+  # forgetting: task 0: max(90, 70) - 60 = 30; task 1: max(80) - 85 = -5 -> mean 12.5
+  assert metrics.forgetting(a) == pytest.approx(12.5)
+  # BWT: (60 - 90 + 85 - 80) / 2 = -12.5
+  assert metrics.backward_transfer(a) == pytest.approx(-12.5)
+  assert metrics.average_accuracy(a) == pytest.approx(220 / 3)
+  last_only = np.array([[NAN, NAN], [50.0, 60.0]])
+  assert metrics.forgetting(last_only) is None and metrics.backward_transfer(last_only) is None
+
+
+def test_task_il_masks_to_the_samples_task_block():
+  # 2 tasks x 2 classes. Logits favour class 3 everywhere; Task-IL may only pick within the label's block.
+  logits = jnp.array([[1.0, 0.5, 0.0, 9.0],    # label 0: Class-IL wrong (3), Task-IL right (0 > 1)
+                      [0.2, 0.1, 0.0, 9.0],    # label 1: Task-IL wrong (0 > 1)
+                      [0.0, 0.0, 1.0, 9.0],    # label 2: Task-IL wrong (3 > 2)
+                      [0.0, 0.0, 0.0, 9.0]])   # label 3: both right
+  labels = jnp.array([0, 1, 2, 3])
+  tasks = jnp.array([0, 0, 1, 1])
+  acc = probe._accuracies(logits, labels, tasks, 2, 2, "class")
+  np.testing.assert_allclose(acc["class_il"][0], [0.0, 50.0])
+  np.testing.assert_allclose(acc["task_il"][0], [50.0, 50.0])
+  assert float(acc["class_il"][1]) == pytest.approx(25.0) and float(acc["task_il"][1]) == pytest.approx(50.0)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+  run = train.ContinualRun(tiny_config(**{"data.num_tasks": 2, "eval.probe": "sgd", "eval.epochs": 4}),
+                           tmp_path_factory.mktemp("probe"))
+  run.run()
+  return run
+
+
+def _probe(run, **changes):
+  s = run.stream
+  # Standardized features at lr 0.1: the tiny network's raw features leave 4 epochs at lr 1 at chance.
+  cfg = dataclasses.replace(train.probe_config(run.config), **{"standardize": True, "lr": 0.1, **changes})
+  return probe.run_probe(jax.random.PRNGKey(0), run.model, run.state.variables(), run.data, run.probe_data(1),
+                         aug_cfg=run.aug_cfg, cfg=cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
+                         classes_per_task=s.classes_per_task, scenario=s.scenario)
+
+
+def test_select_best_on_test_takes_the_best_epoch(trained_run):
+  last = _probe(trained_run)
+  best = _probe(trained_run, select_best_on_test=True)
+  assert last.epoch["class_il"] == 3
+  assert best.overall["class_il"] >= last.overall["class_il"]
+  assert 0 <= best.epoch["class_il"] <= 3
+  if best.epoch["class_il"] == 3:
+    assert best.overall == last.overall
+
+
+def test_augmenting_probe_differs_from_cached_features_and_learns(trained_run):
+  cached = _probe(trained_run, augment=False)
+  augmented = _probe(trained_run, augment=True)
+  assert augmented.overall["class_il"] != cached.overall["class_il"]  # it did re-augment
+  assert augmented.overall["task_il"] > 60  # and still learned (2 tasks of 2 digits: chance 50)
+
+
+def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
+  s = trained_run.stream
+  pd = trained_run.probe_data(1)
+  ref = probe.linear_readout(trained_run.model, trained_run.state.variables(), trained_run.data,
+                             trained_run.test_data, pd, kind="encoder", aug_cfg=trained_run.aug_cfg,
+                             num_classes=s.num_classes, num_tasks=s.num_tasks, classes_per_task=s.classes_per_task,
+                             scenario=s.scenario)
+  std = _probe(trained_run, epochs=30)
+  assert abs(std.overall["class_il"] - ref.overall["class_il"]) < 10

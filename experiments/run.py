@@ -174,7 +174,7 @@ def grid_table2(scale, seeds):
 
 
 def embedding_dims(scale):
-  return {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 64, 128), "tiny": (8,)}[scale]
+  return {"paper": (16, 32, 64, 128, 256, 512), "small": (16, 128), "tiny": (8,)}[scale]
 
 
 def grid_embedding(scale, seeds):

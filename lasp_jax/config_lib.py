@@ -40,7 +40,8 @@ METHOD_SPECS = {
 METHODS = tuple(METHOD_SPECS)
 BASELINES = ("finetune", "joint")
 # Keys that may change between a run and its resumption.
-RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance")
+# "preset" is here because runs see resolved configs: its effect is in the keys it sets.
+RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset")
 
 
 def _choice(name, value, allowed):

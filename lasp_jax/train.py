@@ -122,6 +122,16 @@ def warn_if_frozen(t: int, lrs: np.ndarray, *, floor: float) -> bool:
   return frozen
 
 
+def warn_if_not_learning(t: int, epoch_losses) -> bool:
+  """One line on stderr when a task of >= 2 epochs ends with a training loss no lower than its first epoch's."""
+  stuck = len(epoch_losses) >= 2 and not epoch_losses[-1] < epoch_losses[0]
+  if stuck:
+    tqdm.tqdm.write(f"warning: task {t}'s training loss did not decrease ({epoch_losses[0]:.4g} in epoch 1, "
+                    f"{epoch_losses[-1]:.4g} in epoch {len(epoch_losses)}): check train.lr and the schedule",
+                    file=sys.stderr)
+  return stuck
+
+
 # ------------------------------------------------------------------------------ the run
 
 class ContinualRun:
@@ -285,6 +295,7 @@ class ContinualRun:
           fault_point(f"step:{t}:{e}:{k + 1}")
       self._end_epoch(t, e, outs, prog, lrs[min((e + 1) * spe, len(lrs)) - 1], (t0, len(outs[0])), bar)
     bar.close()
+    warn_if_not_learning(t, [c["loss"] for c in self.host["curves"] if c["task"] == t])
 
   def _check_finite(self, outs, t, e, first_step):
     """All step metrics of the epoch so far; raises at the first non-finite loss."""

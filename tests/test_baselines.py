@@ -176,3 +176,11 @@ def test_tiny_imagenet_embedding_size_follows_the_method():
   c = tinyimagenet.get_config()
   c.method, c.model.embedding_dim = "co2l", 64
   assert config_lib.resolved(c).model.embedding_dim == 64  # an explicit size wins
+
+
+def test_a_task_whose_loss_does_not_fall_is_warned(tmp_path, capsys):
+  assert not train.warn_if_not_learning(0, [5.0, 4.0]) and train.warn_if_not_learning(0, [5.0, 5.0])
+  assert not train.warn_if_not_learning(0, [5.0])  # one epoch: nothing to compare
+  # lr 100 stays finite on the tiny net but trains to nothing (loss 6.9031 -> 6.9039 in task 0): the run says so.
+  train.ContinualRun(tiny_config(**{"data.num_tasks": 2, "train.lr": 100.0}), tmp_path).run()
+  assert "training loss did not decrease" in capsys.readouterr().err

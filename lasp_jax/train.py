@@ -214,6 +214,7 @@ class ContinualRun:
 
   def boundary(self, t: int) -> None:
     """Memory update, past-model snapshot and LASP work before training task t >= 1."""
+    fault_point(f"boundary:{t}")
     c, s = self.config, self.stream
     mem = memory_lib.update(self.memory, scenario=s.scenario, train_labels=s.train_labels,
                             prev_classes=s.task_classes(t - 1), capacity=c.memory.size, task=t, seed=c.seed)

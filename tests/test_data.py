@@ -270,3 +270,46 @@ def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
   assert (out / "cifar-10-batches-bin" / "readme.html").read_text() == "x"
   with pytest.raises(DataError, match="md5"):
     prepare.verify(archive, "0" * 32)
+
+
+def test_idx_with_a_bad_magic_number_is_refused(tmp_path):
+  _fake_mnist(tmp_path)
+  p = tmp_path / "train-labels-idx1-ubyte"
+  p.write_bytes(b"\x00\x00\x0d\x01" + p.read_bytes()[4:])  # 0x0d: float data, not unsigned bytes
+  with pytest.raises(DataError, match="not an unsigned-byte IDX file"):
+    sources.load_dataset("mnist", data_dir=str(tmp_path), source="idx")
+
+
+def test_truncated_gzip_idx_is_reported(tmp_path):
+  _fake_mnist(tmp_path, gz=True)
+  p = tmp_path / "t10k-images-idx3-ubyte.gz"
+  p.write_bytes(p.read_bytes()[:-20])
+  with pytest.raises(DataError, match=r"cannot read IDX file .*t10k-images.*truncated or corrupted"):
+    sources.load_dataset("mnist", data_dir=str(tmp_path), source="idx")
+
+
+def test_missing_cifar_batch_is_named(tmp_path):
+  root = tmp_path / "cifar-10-batches-bin"
+  root.mkdir()
+  for name in sources.CIFAR_BIN_FILES:
+    if name != "data_batch_3.bin":
+      np.zeros((1, 3073), np.uint8).tofile(root / name)
+  with pytest.raises(DataError, match="missing data_batch_3.bin"):
+    sources.load_dataset("cifar10", data_dir=str(tmp_path))
+
+
+def test_tiny_imagenet_class_without_images(tmp_path):
+  _fake_tiny(tmp_path)
+  for f in (tmp_path / "tiny-imagenet-200" / "train" / "n01" / "images").glob("*.JPEG"):
+    f.unlink()
+  with pytest.raises(DataError, match="no images for class n01"):
+    sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  assert not (tmp_path / "tiny-imagenet-200.npz").exists()  # no half-built cache
+
+
+def test_tiny_imagenet_cache_without_checksum(tmp_path):
+  _fake_tiny(tmp_path)
+  sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  (tmp_path / "tiny-imagenet-200.npz.sha256").unlink()
+  with pytest.raises(DataError, match="does not match its checksum"):
+    sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))

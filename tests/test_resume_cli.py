@@ -9,8 +9,9 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# sd_gm: the resumed run must also restore the SD mask and the GM salience held in the optimizer state.
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
-        "--config.train.checkpoint_every_steps=4"]
+        "--config.train.checkpoint_every_steps=4", "--config.method=sd_gm"]
 TIMING = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s"}
 
 
@@ -39,7 +40,9 @@ def reference(tmp_path_factory):
   return json.loads((wd / "results.json").read_text())
 
 
-@pytest.mark.parametrize("fault", ["step:1:0:8", "probe:1"])
+# mid-task 1 (after the boundary set the mask and gamma), at the probe, and at a task-end checkpoint
+# before the boundary work (memory update, past snapshot, search, EB).
+@pytest.mark.parametrize("fault", ["step:1:0:8", "probe:1", "boundary:1"])
 def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
   expected = reference
   killed = main(tmp_path, fault=fault)
@@ -58,6 +61,19 @@ def test_resume_with_different_config_is_refused(reference, tmp_path):
   out = main(tmp_path, "--config.train.lr=0.2")
   assert out.returncode == 2
   assert "differs in: train.lr" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_resume_never_restarts_and_force_accepts_a_changed_config(reference, tmp_path):
+  assert main(tmp_path / "a", fault="probe:0").returncode == -9
+  fresh = main(tmp_path / "a", "--config.resume=never")
+  assert fresh.returncode == 0 and "resuming" not in fresh.stderr
+  assert strip_timing(json.loads((tmp_path / "a" / "results.json").read_text())) == strip_timing(reference)
+  assert main(tmp_path / "b", fault="boundary:1").returncode == -9  # task 0 finished and checkpointed
+  forced = main(tmp_path / "b", "--config.resume=force", "--config.train.lr=0.2")
+  assert forced.returncode == 0 and "resuming" in forced.stderr
+  got = json.loads((tmp_path / "b" / "results.json").read_text())
+  assert got["curves"][:2] == reference["curves"][:2]  # task 0 kept from the checkpoint
+  assert got["curves"][2:] != reference["curves"][2:]  # task 1 trained at the new lr
 
 
 def test_same_seed_same_results_different_seed_differs(reference, tmp_path):

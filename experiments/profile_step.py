@@ -1,0 +1,79 @@
+"""Where the train step's time goes, per part, on this machine: one line per part.
+
+    python -m experiments.profile_step [--config=configs/mnist5k.py] [--config.model.batch_norm=False]
+
+Times (median of --repeats calls after a compile call) of: the whole compiled step
+without and with the past model (a chunk of ``train.steps_per_call`` steps, per step),
+the two-view augmentation of one batch, the model's train-mode forward on the
+2B views, and forward + backward of the same. The difference between the step
+with and without a past model is the past model's forward and IRD.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from ml_collections import config_flags
+
+from lasp_jax import steps, train
+from lasp_jax.data import augment
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/mnist5k.py", "Run configuration.", lock_config=True)
+_REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per part.")
+
+
+def median_ms(fn, repeats: int) -> float:
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t)
+  return 1000 * statistics.median(times)
+
+
+def main(argv):
+  del argv
+  c = _CONFIG.value
+  c.progress = False
+  run = train.ContinualRun(c, tempfile.mkdtemp())
+  spc, b = c.train.steps_per_call, c.train.batch_size
+  pool = train.training_pool(run.stream, run.memory, 0)
+  chunk = steps.Batch(*[jnp.asarray(f[0]) for f in steps.epoch_batches(pool, b, spc, np.random.default_rng(0))])
+  mask, lrs = jnp.ones(run.config.model.embedding_dim, bool), jnp.full((spc,), 0.01)
+  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))
+
+  def step(p):
+    def go():
+      run.state, m = run.chunk_fn(run.state, p, mask, run.data, chunk, lrs)  # the state is donated
+      return m
+    return go
+
+  idx = chunk.index[0]
+  angles = run.data.angles[jnp.zeros_like(idx)]
+  aug = jax.jit(lambda k: augment.two_views(k, run.data.images[idx], angles, run.aug_cfg))
+  views = aug(jax.random.PRNGKey(0))
+  v = run.state.variables()
+  apply = lambda p, x: run.model.apply({"params": p, "batch_stats": v["batch_stats"]}, x, train=True,
+                                       mutable=["batch_stats"])[0][1]
+  fwd = jax.jit(apply)
+  fwd_bwd = jax.jit(jax.grad(lambda p, x: jnp.sum(apply(p, x) ** 2)))
+  rows = [("step, no past model (per step)", median_ms(step(None), _REPEATS.value) / spc),
+          ("step, with past model (per step)", median_ms(step(past), _REPEATS.value) / spc),
+          ("two-view augmentation", median_ms(lambda: aug(jax.random.PRNGKey(1)), _REPEATS.value)),
+          ("forward, 2B views, train mode", median_ms(lambda: fwd(run.state.params, views), _REPEATS.value)),
+          ("forward + backward", median_ms(lambda: fwd_bwd(run.state.params, views), _REPEATS.value))]
+  print(f"{c.model.name} width {c.model.width} batch_norm {c.model.get('batch_norm', False)}, batch {b} "
+        f"({2 * b} views), {jax.devices()[0].device_kind}")
+  for name, ms in rows:
+    print(f"{name:36} {ms:8.2f} ms")
+
+
+if __name__ == "__main__":
+  app.run(main)

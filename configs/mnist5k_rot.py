@@ -21,7 +21,9 @@ def get_config():
   c.train.batch_size = 128
   c.train.epochs_first = 4
   c.train.epochs = 2
-  c.train.lr = 0.05
+  # The published R-MNIST lr: at 0.05 under the per-step cosine the BatchNorm-free net collapsed to chance
+  # (Domain-IL 10 % for 4 of 6 Co2L/SD seeds); at 0.01 every task trains (results/README.md).
+  c.train.lr = 0.01
   c.train.schedule = "step_cosine"
   c.train.steps_per_call = 4
   c.eval.probe = "lbfgs"

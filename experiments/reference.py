@@ -31,11 +31,16 @@ from lasp_jax import config_lib, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("scratch", None, "The reference runner's scratch folder (results.jsonl).")
-flags.DEFINE_string("idx_dir", "", "The IDX digits the published IDX runs read (mnist5k_idx.py's folder).")
-flags.DEFINE_integer("seeds", 3, "lasp_jax seeds per published protocol.")
-flags.DEFINE_string("out", "results/reference", "Output folder.")
-flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+
+
+def define_flags():
+  """Defined only when run as a program: experiments.run, imported beside it, has flags of the same names."""
+  flags.DEFINE_string("scratch", None, "The reference runner's scratch folder (results.jsonl).")
+  flags.DEFINE_string("idx_dir", "", "The IDX digits the published IDX runs read (mnist5k_idx.py's folder).")
+  flags.DEFINE_integer("seeds", 3, "lasp_jax seeds per published protocol.")
+  flags.DEFINE_string("out", "results/reference", "Output folder.")
+  flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+  flags.mark_flags_as_required(["scratch"])
 
 METHOD = {"co2l": "co2l", "sd": "sd", "gm": "gm", "sdgm": "sd_gm"}
 
@@ -124,16 +129,19 @@ def main(argv):
   print(text)
 
 
-def table(records):
+def describe(p: dict) -> str:
+  return (f"{p['data']}, {p['num_tasks']} tasks, {p['epochs_first']}+{p['epochs']} ep, batch {p['batch_size']}, "
+          f"mem {p['memory']}, probe {p['probe_epochs']} ep")
+
+
+def table(records, describe=describe):
   """Per protocol and method: published and lasp_jax accuracy (mean (std) over seeds), times, ratio."""
   header = ["data, protocol", "method", "published acc", "lasp_jax acc", "published train+probe s",
             "lasp_jax train+boundary+probe s", "time ratio (lasp_jax / published)", "published search s",
             "lasp_jax search s", "seeds (published / lasp_jax)"]
   rows = []
   for pkey, method in sorted({(r["protocol"], r["method"]) for r in records}):
-    p = json.loads(pkey)
-    desc = (f"{p['data']}, {p['num_tasks']} tasks, {p['epochs_first']}+{p['epochs']} ep, batch {p['batch_size']}, "
-            f"mem {p['memory']}, probe {p['probe_epochs']} ep")
+    desc = describe(json.loads(pkey))
     side = {s: [r for r in records if r["protocol"] == pkey and r["method"] == method and r["side"] == s]
             for s in ("published", "lasp_jax")}
     mean = lambda rs, f: aggregate.mean_std([f(r) for r in rs])
@@ -149,5 +157,5 @@ def table(records):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["scratch"])
+  define_flags()
   app.run(main)

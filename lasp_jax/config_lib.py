@@ -82,11 +82,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _positive("train.ird_temp_cur", config.train.ird_temp_cur)
   _positive("train.ird_temp_past", config.train.ird_temp_past)
   _positive("model.width", config.model.width)
-  for name in ("train.momentum", "eval.momentum"):
-    node, key = config, name.split(".")
-    value = node[key[0]].get(key[1], 0.0)
-    if not 0.0 <= value < 1.0:
-      raise ConfigError(f"{name} must be in [0, 1), got {value}")
+  if not 0.0 <= config.train.momentum < 1.0:
+    raise ConfigError(f"train.momentum must be in [0, 1), got {config.train.momentum}")
   if not 0.0 < config.train.lr_min_ratio <= 1.0:
     raise ConfigError(f"train.lr_min_ratio must be in (0, 1], got {config.train.lr_min_ratio}")
   if config.train.weight_decay < 0:

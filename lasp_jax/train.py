@@ -101,9 +101,13 @@ def task_pool(stream, t: int) -> Batch:
   return Batch(own, np.full(n, task_domain(stream, t), np.int32), np.ones(n, bool), np.ones(n, bool))
 
 
+def concat_pools(*pools: Batch) -> Batch:
+  return Batch(*[np.concatenate(parts) for parts in zip(*pools)])
+
+
 def training_pool(stream, memory: memory_lib.Memory, t: int) -> Batch:
   """Task t's own samples (current) followed by the memory (past)."""
-  return Batch(*[np.concatenate(parts) for parts in zip(task_pool(stream, t), memory_pool(stream, memory))])
+  return concat_pools(task_pool(stream, t), memory_pool(stream, memory))
 
 
 def memory_pool(stream, memory) -> Batch:
@@ -258,7 +262,7 @@ class ContinualRun:
     own = task_pool(s, t)
     if not spec.cumulative:
       return own, len(own.index)
-    pool = Batch(*[np.concatenate(parts) for parts in zip(*[task_pool(s, j) for j in range(t + 1)])])
+    pool = concat_pools(*[task_pool(s, j) for j in range(t + 1)])
     return pool, min(len(pool.index), len(own.index) + len(self.memory))
 
   def train_task(self, t: int) -> None:

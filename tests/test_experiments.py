@@ -102,3 +102,32 @@ def test_paper_scale_grids_are_complete_and_valid(tmp_path):
               and t["group"] != "rmnist"}
   t2_current = {wd.name for t, _, wd, _ in plans["table2"] if t["srs"] == "onlycurrent"}
   assert t2_current == t1_sd500  # the same configs: trained once, reused
+
+
+def test_reference_comparison_reads_a_published_run_and_sets_its_protocol(tmp_path):
+  from experiments import reference  # pylint: disable=import-outside-toplevel
+  line = {"run": "rmnist_sd", "dataset": "r-mnist", "method": "sd", "seed": 1,
+          "repr_cmd": "main_domain.py --learning_rate 0.01 --n_task 3 --mem_size 200 --start_epoch 3 --epochs 2 "
+                      "--batch_size 256 --distill_type SD --distill_power 5 --onlypast --data_folder /x/data_idx",
+          "probe_cmd": "main_linear_buffer_domain.py --learning_rate 1 --epochs 5 --target_task 2",
+          "tasks": [{"angle_deg": 10.5, "loss_avg": [9.0]}, {"angle_deg": 20.25, "select_dims": 151, "loss_avg": [12.0]},
+                    {"angle_deg": 30.0, "select_dims": 140, "loss_avg": [11.0]}],
+          "probe_best_acc": 75.3, "repr_process_s": 60.0, "probe_process_s": 15.0, "mask_search_s_total": 40.0}
+  p = reference.protocol(line)
+  assert p == {"data": "idx", "num_tasks": 3, "epochs_first": 3, "epochs": 2, "batch_size": 256, "memory": 200,
+               "probe_epochs": 5, "srs": "onlypast", "angles": [10.5, 20.25, 30.0]}
+  c = reference.lasp_config(p, "sd", 1, p["angles"], str(tmp_path))
+  assert (c.method, c.seed, c.data.num_tasks, c.train.epochs_first, c.train.epochs, c.train.batch_size) == \
+      ("sd", 1, 3, 3, 2, 256)
+  assert c.data.rotation_angles == (10.5, 20.25, 30.0) and c.data.source == "idx" and c.eval.epochs == 5
+  # every published behaviour, from the preset
+  assert (c.lasp.mask_objective, c.lasp.restart_selection, c.data.rmnist_test_uses_last_angle,
+          c.eval.select_best_on_test, c.train.schedule, c.eval.probe, c.eval.every_task) == \
+      ("published_all_pairs", "published_off_by_one", True, True, "published_epoch_cosine", "sgd", False)
+  pub = reference.published_side(line)
+  assert pub["acc"] == 75.3 and pub["selected_dims"] == [151, 140] and pub["search_s"] == 40.0
+  header, rows = reference.table([{"side": "published", "protocol": "{}", "method": "sd", **pub},
+                                  {"side": "lasp_jax", "protocol": "{}", "method": "sd", "acc": 80.0, "train_s": 30.0,
+                                   "probe_s": 5.0, "boundary_s": 10.0, "search_s": 8.0}],
+                                 describe=lambda p: "x")
+  assert rows[0][2].startswith("75.30") and rows[0][3].startswith("80.00") and rows[0][6] == "0.60"  # 45 / 75

@@ -50,6 +50,7 @@ class ProbeData(NamedTuple):
   train_domain: jax.Array  # (N,)
   train_label: jax.Array   # (N,) class to predict
   train_weight: jax.Array  # (N,) sampling weight (balanced)
+  train_current: jax.Array  # (N,) bool: the current task's own rows (not the memory's)
   test_feats: jax.Array    # (Nt, F)
   test_label: jax.Array    # (Nt,)
   test_task: jax.Array     # (Nt,) task whose accuracy the sample counts for
@@ -103,6 +104,20 @@ class Linear(nn.Module):
     return models.torch_dense(self.num_classes, x.shape[-1], "fc")(x)
 
 
+def probe_views(key, images_u8, angles, current, *, aug_cfg, scenario: str):
+  """One augmented view per image for the probe's training rows.
+
+  Rotated MNIST (published): the current task's images are rotated only (no
+  crop), the memory's rotated and randomly cropped; class-incremental streams
+  augment every row.
+  """
+  x = augment.one_view(key, images_u8, angles, aug_cfg)
+  if scenario != "domain":
+    return x
+  plain = augment.test_transform(images_u8, angles, aug_cfg)
+  return jnp.where(current[:, None, None, None], plain, x)
+
+
 def _lr_per_epoch(cfg: ProbeConfig):
   marks = [int(round(m * cfg.epochs)) for m in cfg.milestones]
   return np.array([cfg.lr * cfg.decay ** sum(e >= m for m in marks) for e in range(cfg.epochs)], np.float32)
@@ -145,7 +160,8 @@ def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, sta
   def features(rows, key):
     if not cfg.augment:
       return (train_feats[rows] - mean) / scale
-    x = augment.one_view(key, images[pd.train_index[rows]], angles[pd.train_domain[rows]], aug_cfg)
+    x = probe_views(key, images[pd.train_index[rows]], angles[pd.train_domain[rows]], pd.train_current[rows],
+                    aug_cfg=aug_cfg, scenario=scenario)
     return (encode(model, variables, x) - mean) / scale
 
   def step(carry, inputs):

@@ -351,7 +351,7 @@ class ContinualRun:
     feats = probe.extract_features(self.model, self.state.variables(), self.test_data, test_idx, test_dom,
                                    self.aug_cfg)
     return probe.ProbeData(jnp.asarray(pad(pool.index)), jnp.asarray(pad(pool.domain)),
-                           jnp.asarray(pad(labels)), jnp.asarray(pad(weight)), feats,
+                           jnp.asarray(pad(labels)), jnp.asarray(pad(weight)), jnp.asarray(pad(pool.is_current)), feats,
                            jnp.asarray(s.test_labels[test_idx]),
                            jnp.asarray(tpad(test_task, s.num_tasks), jnp.int32), jnp.asarray(test_idx, jnp.int32),
                            jnp.asarray(test_dom, jnp.int32))

@@ -83,3 +83,19 @@ def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
                              scenario=s.scenario)
   std = _probe(trained_run, epochs=30)
   assert abs(std.overall["class_il"] - ref.overall["class_il"]) < 10
+
+
+def test_rotated_mnist_probe_crops_only_the_memory():
+  """Published R-MNIST probe: current-task images are rotated only, memory images rotated and cropped."""
+  from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
+  from lasp_jax.data import augment  # pylint: disable=import-outside-toplevel
+  cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}))
+  images = jax.random.randint(jax.random.PRNGKey(0), (4, 28, 28, 1), 0, 256).astype(jnp.uint8)
+  angles = jnp.array([30.0, 30.0, 60.0, 60.0])
+  current = jnp.array([True, False, True, False])
+  x = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, scenario="domain")
+  plain = augment.test_transform(images, angles, cfg)
+  np.testing.assert_array_equal(x[current], plain[current])
+  assert not np.allclose(x[~current], plain[~current])  # cropped to 30-50 % of the area
+  every = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, scenario="class")
+  assert not np.allclose(every[current], plain[current])

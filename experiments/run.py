@@ -56,7 +56,7 @@ def dataset_configs(scale: str) -> dict:
 
     def tiny_split():
       c = tiny.get_config()
-      c.data.num_tasks = 2
+      c.data.num_tasks, c.train.epochs_first, c.train.epochs = 2, 1, 1
       return c
     return {"cifar10": tiny_split}
 

@@ -45,7 +45,8 @@ def parse_flags(argv):
 
 def main(argv):
   del argv
-  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO.
+  # Orbax logs every save at INFO, TFDS a WARNING line when it probes a data_dir: errors are one line.
+  logging.set_verbosity(logging.ERROR)
   if _MULTIHOST.value:
     import jax  # pylint: disable=g-import-not-at-top
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)

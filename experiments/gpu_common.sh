@@ -1,0 +1,17 @@
+# Sourced by the one-call GPU scripts (gpu_bench.sh, gpu_rmnist.sh) after they set OUT: the wheels that
+# travel in .whl/, unbuffered output into $OUT/log.txt, and `part NAME SECONDS CMD...`, which runs one part
+# in its own process under its own limit so that a failure or an overrun leaves the other parts' results.
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+log="$OUT/log.txt"
+part() {  # part NAME SECONDS CMD...
+  local name=$1 limit=$2; shift 2
+  echo "=== $name (limit ${limit}s) $(date +%T)" | tee -a "$log"
+  local t0=$(date +%s)
+  timeout "$limit" "$@" >>"$log" 2>&1; local rc=$?
+  echo "=== $name rc=$rc in $(( $(date +%s) - t0 ))s" | tee -a "$log"
+}

@@ -33,10 +33,8 @@ _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
 
 def readouts(run, t: int, variables) -> dict:
   """{readout: {metric: overall accuracy}} on task t's probe data for these encoder variables."""
-  s = run.stream
   pd = run.probe_data(t)
-  kw = dict(aug_cfg=run.aug_cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
-            classes_per_task=s.classes_per_task, scenario=s.scenario)
+  kw = run.readout_kwargs()
   out = {}
   for name, kind in (("lbfgs_encoder", "encoder"), ("lbfgs_pixels", "pixels")):
     out[name] = probe.linear_readout(run.model, variables, run.data, run.test_data, pd, kind=kind, **kw).overall
@@ -67,7 +65,7 @@ def main(argv):
   run.state = run.state.replace(params=initial["params"], batch_stats=initial["batch_stats"])
   run.evaluate(last)
   untrained["sgd_probe"] = {n: run.host["overall"][n][last] for n in run.host["overall"]}
-  report = dict(config=config.to_dict() and str(_CONFIG.value.method), final_sgd_probe=res["final"], tasks=rows,
+  report = dict(method=config.method, final_sgd_probe=res["final"], tasks=rows,
                 untrained_encoder_final=untrained, wall_time_s=res["wall_time_s"])
   text = json.dumps(report, indent=1, default=float)
   r = lambda d: "/".join(f"{v:.1f}" for v in d.values())

@@ -68,9 +68,6 @@ def encode(model, variables, images):
   return model.apply(variables, images, train=False, method=models.ContrastiveModel.encode)
 
 
-FEATURE_KINDS = ("encoder", "embedding", "pixels")
-
-
 @functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "kind"))
 def _features(variables, images, angles, *, model, aug_cfg, kind):
   x = augment.test_transform(images, angles, aug_cfg)
@@ -80,7 +77,7 @@ def _features(variables, images, angles, *, model, aug_cfg, kind):
 
 
 def extract_features(model, variables, data, index, domain, aug_cfg, batch_size: int = 500, kind: str = "encoder"):
-  """Eval-mode features of ``data.images[index]``, batched: ``kind`` is one of FEATURE_KINDS.
+  """Eval-mode features of ``data.images[index]``, batched, of one ``kind``.
 
   ``encoder``: the representation the probe reads; ``embedding``: the projection
   head's output; ``pixels``: the test-transformed image itself, flattened (the

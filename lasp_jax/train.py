@@ -356,12 +356,17 @@ class ContinualRun:
                            jnp.asarray(tpad(test_task, s.num_tasks), jnp.int32), jnp.asarray(test_idx, jnp.int32),
                            jnp.asarray(test_dom, jnp.int32))
 
+  def readout_kwargs(self) -> dict:
+    """The stream's settings that every read-out (SGD probe, L-BFGS, raw pixels) takes."""
+    s = self.stream
+    return dict(aug_cfg=self.aug_cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
+                classes_per_task=s.classes_per_task, scenario=s.scenario)
+
   def evaluate(self, t: int) -> None:
     s = self.stream
     key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), 104729 + t)
     pd = self.probe_data(t)
-    kw = dict(aug_cfg=self.aug_cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
-              classes_per_task=s.classes_per_task, scenario=s.scenario)
+    kw = self.readout_kwargs()
     if self.config.eval.probe == "lbfgs":
       res = probe.linear_readout(self.model, self.state.variables(), self.data, self.test_data, pd, kind="encoder",
                                  **kw)

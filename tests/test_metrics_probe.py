@@ -49,12 +49,10 @@ def trained_run(tmp_path_factory):
 
 
 def _probe(run, **changes):
-  s = run.stream
   # Standardized features at lr 0.1: the tiny network's raw features leave 4 epochs at lr 1 at chance.
   cfg = dataclasses.replace(train.probe_config(run.config), **{"standardize": True, "lr": 0.1, **changes})
   return probe.run_probe(jax.random.PRNGKey(0), run.model, run.state.variables(), run.data, run.probe_data(1),
-                         aug_cfg=run.aug_cfg, cfg=cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
-                         classes_per_task=s.classes_per_task, scenario=s.scenario)
+                         cfg=cfg, **run.readout_kwargs())
 
 
 def test_select_best_on_test_takes_the_best_epoch(trained_run):
@@ -75,12 +73,9 @@ def test_augmenting_probe_differs_from_cached_features_and_learns(trained_run):
 
 
 def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
-  s = trained_run.stream
-  pd = trained_run.probe_data(1)
   ref = probe.linear_readout(trained_run.model, trained_run.state.variables(), trained_run.data,
-                             trained_run.test_data, pd, kind="encoder", aug_cfg=trained_run.aug_cfg,
-                             num_classes=s.num_classes, num_tasks=s.num_tasks, classes_per_task=s.classes_per_task,
-                             scenario=s.scenario)
+                             trained_run.test_data, trained_run.probe_data(1), kind="encoder",
+                             **trained_run.readout_kwargs())
   std = _probe(trained_run, epochs=30)
   assert abs(std.overall["class_il"] - ref.overall["class_il"]) < 10
 

@@ -32,7 +32,9 @@ flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).")
 flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
 flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
-flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection.")
+flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection,cpu_race "
+                    "(cpu_race runs only when named).")
+flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision (e.g. the reference runner's venv).")
 flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
 flags.DEFINE_enum("conv", "auto", ["auto", "xla", "matmul"], "Convolution gradients (see lasp_jax/conv.py).")
 
@@ -250,13 +252,22 @@ def main(argv):
     rows += bench_probe_and_task(FLAGS.repeats)
   if "projection" in only:
     rows += bench_projection(FLAGS.quick)
+  race = None
+  if "cpu_race" in only:
+    from experiments import cpu_race  # pylint: disable=g-import-not-at-top
+    if not FLAGS.torch_python:
+      raise app.UsageError("--only=cpu_race needs --torch_python=PY (a python with torch)")
+    race_rows, race = cpu_race.race(FLAGS.torch_python, quick=FLAGS.quick)
+    rows += race_rows
   device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({platform.processor() or platform.machine()})"
   print(f"device: {device}")
   print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput")
   for r in rows:
     print(f"{r['component']:40} {r['shape']:32} {r['median_s']:>10} {r.get('compile_s', ''):>10}  {r['throughput']}")
   with open(FLAGS.out, "w") as f:
-    json.dump({"device": device, "rows": rows}, f, indent=1)
+    json.dump({"device": device, "rows": rows, "cpu_race": race}, f, indent=1)
+  if race is not None:
+    print(json.dumps(race))  # last line: the race's ratios, machine-readable
 
 
 if __name__ == "__main__":

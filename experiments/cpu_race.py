@@ -1,0 +1,107 @@
+"""lasp_jax's train step against the same step in PyTorch, in one run on this machine.
+
+    python -m experiments.benchmark --only=cpu_race --torch_python=PY [--race_mnist_batch=256]
+
+For each net (the R-MNIST net at batch 256, ResNet-18 at a CPU-sized batch) it
+times lasp_jax's compiled train step with the past model (two views augmented on
+the device, SupCon + IRD, SGD), then runs ``experiments/torch_cpu_race.py`` under
+``PY`` twice: the published way (DataLoader workers, PIL transforms) and with the
+images in memory augmented by batched torch ops. The PyTorch processes run one at
+a time after lasp_jax's timing, so neither side shares the two cores with the
+other. Each ratio is lasp_jax samples/s over the faster PyTorch variant.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from lasp_jax import steps, train
+
+NETS = {"mnistnet": "configs/rmnist.py", "resnet18": "configs/cifar10.py"}
+
+
+def race_config(net: str, batch: int, steps_per_call: int) -> ml_collections.ConfigDict:
+  """The net's paper config as Co2L on random images of the dataset's shape."""
+  from configs import cifar10, rmnist  # pylint: disable=g-import-not-at-top
+  c = (rmnist if net == "mnistnet" else cifar10).get_config()
+  shape = (28, 1) if net == "mnistnet" else (32, 3)
+  c.dataset, c.method, c.progress = "synthetic", "co2l", False
+  c.data.synthetic = ml_collections.ConfigDict(dict(num_classes=10, image_size=shape[0], channels=shape[1],
+                                                    train_per_class=max(batch // 5, 8), test_per_class=2))
+  c.data.num_tasks = 2 if net == "mnistnet" else 5
+  c.model.embedding_dim = 500 if net == "mnistnet" else 128
+  c.train.batch_size, c.train.steps_per_call = batch, steps_per_call
+  c.memory.size = 20
+  return c
+
+
+def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int) -> float:
+  """Median seconds of one compiled train step with the past model (IRD), augmentation included."""
+  c = race_config(net, batch, steps_per_call)
+  run = train.ContinualRun(c, tempfile.mkdtemp())
+  pool = train.training_pool(run.stream, run.memory, 0)
+  chunk = steps.Batch(*[jax.device_put(f[0], run.batch_sharding)
+                        for f in steps.epoch_batches(pool, batch, steps_per_call, np.random.default_rng(0))])
+  mask = jnp.ones(c.model.embedding_dim, bool)
+  lrs = jnp.full((steps_per_call,), c.train.lr)
+  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))
+
+  def call():
+    run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)  # the state is donated
+    jax.block_until_ready(m)
+
+  call()
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    call()
+    times.append(time.perf_counter() - t)
+  return statistics.median(times) / steps_per_call
+
+
+def torch_samples_per_s(python: str, net: str, variant: str, batch: int, steps_n: int) -> dict:
+  cmd = [python, "experiments/torch_cpu_race.py", f"--net={net}", f"--variant={variant}", f"--batch={batch}",
+         f"--steps={steps_n}", "--warmup=1" if net == "resnet18" else "--warmup=2"]
+  out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+  if out.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip().splitlines()[-1:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quick: bool = False) -> dict:
+  """Rows for the benchmark table and the summary dict (its last printed line)."""
+  plan = {"mnistnet": (mnist_batch, 8, 4), "resnet18": (resnet_batch, 3, 1)}
+  if quick:
+    plan = {"mnistnet": (32, 2, 2), "resnet18": (4, 1, 1)}
+  rows, summary = [], {}
+  for net, (batch, torch_steps, spc) in plan.items():
+    jax_sps = batch / jax_step_seconds(net, batch, spc, repeats=3 if net == "mnistnet" else 2)
+    rows.append(dict(component=f"cpu race {net}: lasp_jax step (+past, aug)", shape=f"batch {batch}",
+                     median_s=round(batch / jax_sps, 4), throughput=f"{jax_sps:.1f} samples/s"))
+    best = 0.0
+    for variant in ("loader", "tensor"):
+      r = torch_samples_per_s(torch_python, net, variant, batch, torch_steps)
+      rows.append(dict(component=f"cpu race {net}: PyTorch {variant}", shape=f"batch {batch}",
+                       median_s=round(r["step_s"], 4), throughput=f"{r['samples_per_s']:.1f} samples/s"))
+      summary[f"{net}_ratio_vs_{variant}"] = round(jax_sps / r["samples_per_s"], 3)
+      summary[f"{net}_torch_{variant}_samples_per_s"] = round(r["samples_per_s"], 1)
+      best = max(best, r["samples_per_s"])
+      summary["torch"] = r["torch"]
+    summary[f"{net}_jax_samples_per_s"] = round(jax_sps, 1)
+    summary[f"{net}_ratio"] = round(jax_sps / best, 3)
+  summary["jax"] = jax.__version__
+  return rows, summary
+
+
+if __name__ == "__main__":
+  print(json.dumps(race(sys.argv[1], quick=len(sys.argv) > 2)[1]))

@@ -11,7 +11,7 @@ import json
 
 import ml_collections
 
-from lasp_jax import lookahead, mask_search
+from lasp_jax import cpu_kernels, lookahead, mask_search
 from lasp_jax.data import sources
 from lasp_jax.data.augment import AugmentConfig
 from lasp_jax.errors import ConfigError
@@ -41,7 +41,9 @@ METHODS = tuple(METHOD_SPECS)
 BASELINES = ("finetune", "joint")
 # Keys that may change between a run and its resumption.
 # "preset" is here because runs see resolved configs: its effect is in the keys it sets.
-RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset")
+# "model.cpu_convs" picks kernels, which change results only by float32 rounding.
+RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset",
+                    "model.cpu_convs")
 
 
 def _choice(name, value, allowed):
@@ -74,7 +76,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _choice("resume", config.resume, ("auto", "force", "never"))
   _choice("eval.probe", config.eval.probe, ("sgd", "lbfgs"))
   _choice("model.name", config.model.name, ("resnet18", "mnistnet"))
-  _choice("model.conv_backward", config.model.conv_backward, ("auto", "matmul", "xla"))
+  _choice("model.conv_backward", config.model.conv_backward, cpu_kernels.CONV_BACKWARD)
+  _choice("model.cpu_convs", config.model.cpu_convs, cpu_kernels.CONVS)
   _positive("train.lr", config.train.lr)
   _positive("eval.lr", config.eval.lr)
   _positive("train.temperature", config.train.temperature)

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lasp_jax import cpu_kernels
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.losses import l2_normalize
 
@@ -143,7 +144,8 @@ class MnistNet(nn.Module):
                   name=name)(x)
       if self.batch_norm:
         x = batch_norm(train, f"{name}_bn", self.dtype)(x, mask=bn_mask)
-      x = max_pool_2x2(nn.relu(x))
+      # Pool before ReLU: the same values (max commutes with a monotone map), 4x fewer ReLUs.
+      x = nn.relu(max_pool_2x2(x))
     x = x.reshape(x.shape[0], -1)
     x = torch_dense(f, x.shape[-1], "fc", self.dtype)(x)
     if self.batch_norm:
@@ -183,7 +185,8 @@ def build_model(config) -> ContrastiveModel:
   """Builds the model named by ``config.model`` (``resnet18`` or ``mnistnet``)."""
   m = config.model
   dtype = jnp.dtype(config.get("compute_dtype", "float32"))
-  conv_fn = conv_for_backend(m.get("conv_backward", "auto"))
+  kernels = cpu_kernels.resolve(m.name, m.get("cpu_convs", "auto"), m.get("conv_backward", "auto"))
+  conv_fn = conv_for_backend(kernels.conv_backward)
   if m.name == "resnet18":
     blocks = tuple(m.get("num_blocks", (2, 2, 2, 2)))
     widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))[:len(blocks)]

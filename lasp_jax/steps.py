@@ -103,8 +103,11 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   return new, jnp.stack([loss, supcon, ird, jnp.sum(batch.valid).astype(jnp.float32)])
 
 
-def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig):
-  """Compiled function running S steps: (state, past, mask, data, batches, lrs) -> (state, (S, 4))."""
+def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig, compiler_options=None):
+  """Compiled function running S steps: (state, past, mask, data, batches, lrs) -> (state, (S, 4)).
+
+  ``compiler_options``: XLA options for this program only (cpu_kernels.py).
+  """
   step = functools.partial(train_step, model=model, tx=tx, aug_cfg=aug_cfg, cfg=cfg)
 
   def chunk(state, past, dim_mask, data, batches, lrs):
@@ -118,7 +121,7 @@ def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig):
       return jax.tree.map(lambda n, o: jnp.where(keep, n, o), new, st), jnp.where(keep, m, 0.0)
     return jax.lax.scan(body, state, (batches, lrs), unroll=True)
 
-  return jax.jit(chunk, donate_argnums=(0,))
+  return jax.jit(chunk, donate_argnums=(0,), compiler_options=compiler_options)
 
 
 def epoch_batches(pool: Batch, batch_size: int, steps_per_call: int, rng: np.random.Generator,

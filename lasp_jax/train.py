@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from lasp_jax import checkpoint, config_lib, lookahead, memory as memory_lib, metrics, modulation, probe, provenance
+from lasp_jax import checkpoint, config_lib, cpu_kernels, lookahead, memory as memory_lib, metrics, modulation, probe, provenance
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
@@ -153,7 +153,9 @@ class ContinualRun:
     self.tx = make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay)
     self.aug_cfg = config_lib.augment_config(config)
     self.loss_cfg = loss_config(config, self.stream)
-    self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg)
+    kernels = cpu_kernels.resolve(config.model.name, config.model.cpu_convs, config.model.conv_backward)
+    self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg,
+                                  compiler_options=cpu_kernels.compiler_options(kernels))
     s = self.stream
     self.mesh = data_mesh(devices)
     if config.train.batch_size % self.mesh.size:

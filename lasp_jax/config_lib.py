@@ -101,6 +101,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _at_least("data.num_tasks", config.data.num_tasks, 1)
   _at_least("lasp.restarts", config.lasp.restarts, 1)
   _at_least("lasp.steps", config.lasp.steps, 1)
+  _at_least("lasp.eb_replicas", config.lasp.eb_replicas, 1)
+  _at_least("model.bn_groups", config.model.bn_groups, 1)
+  if config.train.batch_size % config.model.bn_groups:
+    raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by model.bn_groups "
+                      f"{config.model.bn_groups}")
   if config.data.rotation_angles and len(config.data.rotation_angles) != config.data.num_tasks:
     raise ConfigError(f"data.rotation_angles has {len(config.data.rotation_angles)} angles for "
                       f"{config.data.num_tasks} tasks")
@@ -125,6 +130,9 @@ PUBLISHED_PRESET = {
     "eval.standardize": False,
     "eval.select_best_on_test": True,
     "eval.every_task": False,
+    # The published runs used nn.DataParallel over two GPUs without SyncBN: see model.bn_groups, lasp.eb_replicas.
+    "model.bn_groups": 2,
+    "lasp.eb_replicas": 2,
 }
 PRESETS = {"": {}, "published": PUBLISHED_PRESET}
 
@@ -199,12 +207,21 @@ def _matters(key: str) -> bool:
   return not any(key == f or key.startswith(f + ".") for f in RESUME_FREE_KEYS)
 
 
+# Keys added after runs were recorded, with the value that reproduces those runs: at that
+# value they are left out of diffs and hashes, so earlier results and checkpoints still match.
+LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1}
+
+
+def _value(d: dict, key: str):
+  return d.get(key, LATER_KEYS.get(key))
+
+
 def differing_keys(old: dict, new: dict) -> list[str]:
   """Keys whose values differ, ignoring those that may change on resume."""
-  return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k) and _matters(k))
+  return sorted(k for k in set(old) | set(new) if _value(old, k) != _value(new, k) and _matters(k))
 
 
 def config_hash(config) -> str:
   """Short hash of everything that changes a run's results."""
-  items = {k: v for k, v in flat(config).items() if _matters(k)}
+  items = {k: v for k, v in flat(config).items() if _matters(k) and not (k in LATER_KEYS and v == LATER_KEYS[k])}
   return hashlib.sha256(json.dumps(items, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -39,6 +39,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.conv_backward = "auto"  # auto | matmul (im2col, conv.py) | xla: conv gradients; auto per net on CPU
   c.model.cpu_convs = "auto"      # auto | ynnpack | xla: XLA:CPU convolution kernels, train step (cpu_kernels.py)
   c.model.past_bn = "batch"      # past model BN: batch (train-mode stats, Co2L) | running (eval mode, LASP release)
+  c.model.bn_groups = 1          # BN batch statistics per contiguous 1/G of the batch (2 = view by view, as the
+                                 # published 2-GPU DataParallel without SyncBN); running stats from the first group
 
   c.augment = ml_collections.ConfigDict()
   c.augment.size = 28
@@ -84,6 +86,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.lasp.l1 = 1e-5               # --selectiveness
   c.lasp.mask_objective = "own_class"    # own_class | published_all_pairs
   c.lasp.restart_selection = "best"      # best | published_off_by_one
+  c.lasp.eb_replicas = 1         # EB weight salience summed over G batch chunks, sqrt per chunk (published 2-GPU: 2)
 
   c.eval = ml_collections.ConfigDict()
   # sgd: the published probe (SGD, step decay, the keys below); lbfgs: a converged L2-regularized logistic

@@ -65,9 +65,9 @@ def _embed(variables, data: DeviceData, rows: Batch, key, *, model, aug_cfg, los
   return views, z, jnp.concatenate([labels, labels]), jnp.concatenate([rows.valid, rows.valid])
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def _salience(variables, views, p_top, *, model):
-  return salience.excitation_backprop(model, variables, views, p_top)
+@functools.partial(jax.jit, static_argnames=("model", "replicas"))
+def _salience(variables, views, p_top, *, model, replicas):
+  return salience.excitation_backprop(model, variables, views, p_top, replicas=replicas)
 
 
 def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, loss_cfg: LossConfig,
@@ -84,7 +84,7 @@ def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, l
   gamma, frac_frozen, t2 = None, None, t1
   if need_gamma:
     p_top = jnp.where(valid[:, None], res.top_salience[None, :], 0.0)
-    gamma, _ = _salience(variables, views, p_top, model=model)
+    gamma, _ = _salience(variables, views, p_top, model=model, replicas=lasp_cfg.eb_replicas)
     frac_frozen = weight_fraction_frozen(gamma)
     t2 = time.perf_counter()
   info = {"selected_dims": int(mask.sum()), "selected": np.flatnonzero(mask).tolist(),

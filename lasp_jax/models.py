@@ -56,8 +56,48 @@ class L2Normalize(nn.Module):
     return l2_normalize(x)
 
 
-def batch_norm(train: bool, name: str, dtype: Dtype) -> nn.BatchNorm:
+class GroupedBatchNorm(nn.Module):
+  """BatchNorm with batch statistics per contiguous 1/``groups`` of the batch (train mode).
+
+  The published runs wrapped the encoder in ``nn.DataParallel`` over two GPUs
+  without SyncBN: each replica normalizes its half of the batch ``[view 1; view 2]``
+  (``torch.chunk`` of equal halves), i.e. view by view, and only the replica on the
+  first device writes the running statistics (DataParallel keeps device 0's buffer
+  updates), so they come from group 0. Parameters and statistics have nn.BatchNorm's
+  names and shapes; running variance is the biased batch variance, as nn.BatchNorm's.
+  """
+  groups: int
+  momentum: float = 0.9
+  epsilon: float = 1e-5
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, mask=None):
+    c = x.shape[-1]
+    scale = self.param("scale", nn.initializers.ones, (c,))
+    bias = self.param("bias", nn.initializers.zeros, (c,))
+    ra_mean = self.variable("batch_stats", "mean", jnp.zeros, (c,))
+    ra_var = self.variable("batch_stats", "var", jnp.ones, (c,))
+    # Train mode only: in eval mode groups change nothing and nn.BatchNorm runs (see _batch_norm).
+    xg = x.astype(jnp.float32).reshape((self.groups, x.shape[0] // self.groups) + x.shape[1:])
+    w = jnp.ones(xg.shape[:-1] + (1,)) if mask is None else jnp.broadcast_to(
+        mask.reshape((self.groups, -1) + mask.shape[1:]), xg.shape[:-1] + (1,)).astype(jnp.float32)
+    axes = tuple(range(1, xg.ndim - 1))
+    n = jnp.maximum(jnp.sum(w, axes, keepdims=True), 1.0)
+    mean = jnp.sum(w * xg, axes, keepdims=True) / n
+    var = jnp.sum(w * (xg - mean) ** 2, axes, keepdims=True) / n
+    if not self.is_initializing():
+      m = self.momentum
+      ra_mean.value = m * ra_mean.value + (1 - m) * mean[0].reshape(c)
+      ra_var.value = m * ra_var.value + (1 - m) * var[0].reshape(c)
+    y = ((xg - mean) * jax.lax.rsqrt(var + self.epsilon)).reshape(x.shape)
+    return (y * scale + bias).astype(self.dtype)
+
+
+def _batch_norm(train: bool, name: str, dtype: Dtype, groups: int = 1) -> nn.Module:
   # PyTorch momentum 0.1 == Flax momentum 0.9.
+  if groups > 1 and train:  # eval mode uses the running statistics: groups change nothing
+    return GroupedBatchNorm(groups, name=name, dtype=dtype)
   return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name, dtype=dtype)
 
 
@@ -67,11 +107,13 @@ class BasicBlock(nn.Module):
   strides: int = 1
   dtype: Dtype = jnp.float32
   conv_fn: Any = None  # lax.conv_general_dilated stand-in (see conv.py); None = XLA's
+  bn_groups: int = 1
 
   @nn.compact
   def __call__(self, x, train: bool, mask=None):
     conv = functools.partial(nn.Conv, use_bias=False, kernel_init=resnet_conv_init, dtype=self.dtype,
                              conv_general_dilated=self.conv_fn)
+    batch_norm = functools.partial(_batch_norm, groups=self.bn_groups)
     y = conv(self.features, (3, 3), self.strides, padding=1, name="conv1")(x)
     y = nn.relu(batch_norm(train, "bn1", self.dtype)(y, mask=mask))
     y = conv(self.features, (3, 3), 1, padding=1, name="conv2")(y)
@@ -91,18 +133,21 @@ class ResNet(nn.Module):
   widths: Sequence[int] = (64, 128, 256, 512)
   dtype: Dtype = jnp.float32
   conv_fn: Any = None
+  bn_groups: int = 1
 
   @nn.compact
   def __call__(self, x, train: bool = True, mask=None):
     """``mask`` (N,) bool: rows that enter the BatchNorm statistics (padding excluded)."""
     mask = None if mask is None else mask[:, None, None, None]
+    batch_norm = functools.partial(_batch_norm, groups=self.bn_groups)
     x = nn.Conv(self.widths[0], (3, 3), 1, padding=1, use_bias=False, kernel_init=resnet_conv_init,
                 dtype=self.dtype, conv_general_dilated=self.conv_fn, name="conv1")(x)
     x = nn.relu(batch_norm(train, "bn1", self.dtype)(x, mask=mask))
     for stage, (blocks, width) in enumerate(zip(self.num_blocks, self.widths)):
       for b in range(blocks):
         strides = 2 if (stage > 0 and b == 0) else 1
-        x = BasicBlock(width, strides, self.dtype, self.conv_fn, name=f"layer{stage + 1}_{b}")(x, train, mask)
+        x = BasicBlock(width, strides, self.dtype, self.conv_fn, self.bn_groups,
+                       name=f"layer{stage + 1}_{b}")(x, train, mask)
     return GlobalAvgPool(name="pool")(x)
 
 
@@ -131,9 +176,11 @@ class MnistNet(nn.Module):
   dtype: Dtype = jnp.float32
   conv_fn: Any = None
   batch_norm: bool = False
+  bn_groups: int = 1
 
   @nn.compact
   def __call__(self, x, train: bool = True, mask=None):
+    batch_norm = functools.partial(_batch_norm, groups=self.bn_groups)
     c1, c2, f = (max(1, int(round(c * self.width))) for c in (20, 50, 500))
     bn_mask = None if mask is None else mask[:, None, None, None]
     for name, ch in (("conv1", c1), ("conv2", c2)):
@@ -190,10 +237,11 @@ def build_model(config) -> ContrastiveModel:
   if m.name == "resnet18":
     blocks = tuple(m.get("num_blocks", (2, 2, 2, 2)))
     widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))[:len(blocks)]
-    encoder = ResNet(blocks, widths, dtype=dtype, conv_fn=conv_fn)
+    encoder = ResNet(blocks, widths, dtype=dtype, conv_fn=conv_fn, bn_groups=m.get("bn_groups", 1))
     feat_dim = widths[-1]
   elif m.name == "mnistnet":
-    encoder = MnistNet(m.width, dtype=dtype, conv_fn=conv_fn, batch_norm=m.get("batch_norm", False))
+    encoder = MnistNet(m.width, dtype=dtype, conv_fn=conv_fn, batch_norm=m.get("batch_norm", False),
+                       bn_groups=m.get("bn_groups", 1))
     feat_dim = max(1, int(round(500 * m.width)))
   else:
     raise ValueError(f"unknown model.name {m.name!r}; expected 'resnet18' or 'mnistnet'")

@@ -128,8 +128,14 @@ def make_interceptor(abs_weight_layers: Sequence[str]):
 
 @full_precision
 def excitation_backprop(model: nn.Module, variables, x: jax.Array, p_top: jax.Array,
-                        abs_weight_layers: Sequence[str] = ("head/fc2",)):
+                        abs_weight_layers: Sequence[str] = ("head/fc2",), replicas: int = 1):
   """EB salience of every parameter and of the input.
+
+  ``replicas = G > 1`` reproduces the published runs' two-GPU ``nn.DataParallel``:
+  the batch is cut into G contiguous chunks of ceil(N / G) rows (``torch.chunk``),
+  each replica takes the square root of its own weight gradient, and the
+  replicas' results are summed, so gamma = sum_g sqrt(G_g) instead of sqrt(sum_g G_g).
+  Per-row quantities (the input salience) are unchanged.
 
   Args:
     model: a :class:`models.ContrastiveModel` (run in eval mode).
@@ -148,6 +154,10 @@ def excitation_backprop(model: nn.Module, variables, x: jax.Array, p_top: jax.Ar
     with nn.intercept_methods(interceptor):
       return model.apply({"params": params, **rest}, x, train=False)[1]
 
-  _, vjp = jax.vjp(forward, variables["params"], x)
-  gamma, p_x = vjp(p_top.astype(jnp.float32))
-  return gamma, p_x
+  size = -(-x.shape[0] // replicas)
+  parts = []
+  for start in range(0, x.shape[0], size):
+    _, vjp = jax.vjp(forward, variables["params"], x[start:start + size])
+    parts.append(vjp(p_top[start:start + size].astype(jnp.float32)))
+  gamma = jax.tree.map(lambda *g: sum(g[1:], g[0]), *[g for g, _ in parts])
+  return gamma, jnp.concatenate([p for _, p in parts])

@@ -1,0 +1,87 @@
+"""The published runs' two-GPU DataParallel effects, by switch: model.bn_groups and lasp.eb_replicas."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lasp_jax import config_lib, salience
+from lasp_jax.default_config import base_config
+from lasp_jax.errors import ConfigError
+from lasp_jax.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead
+
+
+def _bn(x, mask=None):
+  bn = nn.BatchNorm(use_running_average=False, momentum=0.9, epsilon=1e-5)
+  v = bn.init(jax.random.PRNGKey(0), x)
+  v = {"params": {"scale": jnp.linspace(0.5, 2, x.shape[-1]), "bias": jnp.linspace(-1, 1, x.shape[-1])},
+       "batch_stats": v["batch_stats"]}
+  y, upd = bn.apply(v, x, mask=mask, mutable=["batch_stats"])
+  return v, y, upd["batch_stats"]
+
+
+@pytest.mark.parametrize("shape", [(8, 5, 5, 3), (8, 6)])
+def test_grouped_bn_is_batch_norm_per_half_with_the_first_halfs_running_stats(shape):
+  x = jax.random.normal(jax.random.PRNGKey(1), shape) * 3 + 1
+  v, _, _ = _bn(x)
+  y, upd = GroupedBatchNorm(2).apply(v, x, mutable=["batch_stats"])
+  (_, y0, s0), (_, y1, _) = _bn(x[:4]), _bn(x[4:])
+  np.testing.assert_allclose(y, jnp.concatenate([y0, y1]), rtol=1e-5, atol=1e-5)
+  for k in ("mean", "var"):
+    np.testing.assert_allclose(upd["batch_stats"][k], s0[k], rtol=1e-5, atol=1e-6)
+  assert jax.tree.structure(GroupedBatchNorm(2).init(jax.random.PRNGKey(0), x)) == jax.tree.structure(v)
+
+
+def test_grouped_bn_leaves_masked_rows_out_of_each_groups_statistics():
+  x = jax.random.normal(jax.random.PRNGKey(2), (8, 4, 4, 3))
+  mask = jnp.array([1, 1, 1, 0, 1, 1, 0, 0], bool)
+  v, _, _ = _bn(x)
+  y, _ = GroupedBatchNorm(2).apply(v, x, mask=mask[:, None, None, None], mutable=["batch_stats"])
+  _, y0, _ = _bn(x[:3])
+  _, y1, _ = _bn(x[4:6])
+  np.testing.assert_allclose(y[:3], y0, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(y[4:6], y1, rtol=1e-5, atol=1e-5)
+
+
+def test_bn_groups_change_the_train_forward_but_not_eval():
+  x = jax.random.normal(jax.random.PRNGKey(3), (8, 28, 28, 1))
+  outs = {}
+  for g in (1, 2):
+    m = ContrastiveModel(MnistNet(width=0.25, batch_norm=True, bn_groups=g), ProjectionHead(125, 8))
+    v = m.init(jax.random.PRNGKey(0), x, train=False)
+    outs[g] = (m.apply(v, x, train=True, mutable=["batch_stats"])[0][1], m.apply(v, x, train=False)[1])
+  assert not np.allclose(outs[1][0], outs[2][0], atol=1e-3)
+  np.testing.assert_array_equal(outs[1][1], outs[2][1])
+
+
+def test_eb_replicas_sum_the_square_roots_of_each_chunk():
+  m = ContrastiveModel(MnistNet(width=0.25), ProjectionHead(125, 8))
+  x = jax.random.normal(jax.random.PRNGKey(4), (6, 28, 28, 1))
+  v = m.init(jax.random.PRNGKey(0), x, train=False)
+  p = jnp.abs(jax.random.normal(jax.random.PRNGKey(5), (6, 8)))
+  eb = lambda xx, pp, **kw: salience.excitation_backprop(m, v, xx, pp, **kw)
+  g2, px2 = eb(x, p, replicas=2)
+  (ga, pxa), (gb, pxb) = eb(x[:3], p[:3]), eb(x[3:], p[3:])
+  g1, _ = eb(x, p)
+  for a, b, c, one in zip(*map(jax.tree.leaves, (g2, ga, gb, g1))):
+    np.testing.assert_allclose(a, b + c, rtol=1e-5, atol=1e-7)
+  k = lambda g: g["encoder"]["conv2"]["kernel"]
+  assert float(jnp.sum(k(g2))) > float(jnp.sum(k(g1))) * 1.05  # sqrt(a) + sqrt(b) > sqrt(a + b)
+  np.testing.assert_allclose(px2, jnp.concatenate([pxa, pxb]), rtol=1e-5, atol=1e-7)
+
+
+def test_the_published_preset_sets_both_and_batches_must_split():
+  c = config_lib.resolved(config_lib.override(base_config(), preset="published"))
+  assert c.model.bn_groups == 2 and c.lasp.eb_replicas == 2
+  bad = config_lib.override(base_config(), **{"model.bn_groups": 3, "train.batch_size": 64})
+  with pytest.raises(ConfigError, match="bn_groups"):
+    config_lib.validate(bad)
+
+
+def test_configs_recorded_before_the_switches_existed_still_match():
+  c = base_config()
+  old = {k: v for k, v in config_lib.flat(c).items() if k not in config_lib.LATER_KEYS}
+  assert config_lib.differing_keys(old, config_lib.flat(c)) == []
+  assert config_lib.config_hash(c) == config_lib.config_hash(config_lib.override(c, **{"lasp.eb_replicas": 1}))
+  assert config_lib.config_hash(c) != config_lib.config_hash(config_lib.override(c, **{"lasp.eb_replicas": 2}))

@@ -102,6 +102,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _at_least("lasp.restarts", config.lasp.restarts, 1)
   _at_least("lasp.steps", config.lasp.steps, 1)
   _at_least("lasp.eb_replicas", config.lasp.eb_replicas, 1)
+  _at_least("num_seeds", config.num_seeds, 1)
   _at_least("model.bn_groups", config.model.bn_groups, 1)
   if config.train.batch_size % config.model.bn_groups:
     raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by model.bn_groups "
@@ -209,7 +210,7 @@ def _matters(key: str) -> bool:
 
 # Keys added after runs were recorded, with the value that reproduces those runs: at that
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
-LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1}
+LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1}
 
 
 def _value(d: dict, key: str):

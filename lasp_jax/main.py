@@ -50,7 +50,7 @@ def main(argv):
   if _MULTIHOST.value:
     import jax  # pylint: disable=g-import-not-at-top
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
-  from lasp_jax import baselines, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
+  from lasp_jax import baselines, seeds, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
   xla_cache.enable(_CACHE.value)
   try:
     config = _CONFIG.value
@@ -66,14 +66,20 @@ def main(argv):
   results = {}
   try:
     for name, (cfg, wd) in runs.items():
-      results[name] = train.train_and_evaluate(cfg, wd)
+      if cfg.num_seeds > 1:
+        per_seed = seeds.SeedGroup(cfg, wd).run()
+        print(f"{name}, {cfg.num_seeds} seeds (vmapped):\n{seeds.seed_table(per_seed)}")
+        results[name] = seeds.mean_result(per_seed)
+      else:
+        results[name] = train.train_and_evaluate(cfg, wd)
   except LaspError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  print(train.summary(results[config.method]))
+  if config.num_seeds == 1:
+    print(train.summary(results[config.method]))
   if len(results) > 1:
     print(baselines.comparison(results))
-  print(f"results: {os.path.join(workdir, 'results.json')}")
+  print(f"results: {os.path.join(workdir, 'seed_*' if config.num_seeds > 1 else '', 'results.json')}")
 
 
 if __name__ == "__main__":

@@ -103,11 +103,8 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   return new, jnp.stack([loss, supcon, ird, jnp.sum(batch.valid).astype(jnp.float32)])
 
 
-def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig, compiler_options=None):
-  """Compiled function running S steps: (state, past, mask, data, batches, lrs) -> (state, (S, 4)).
-
-  ``compiler_options``: XLA options for this program only (cpu_kernels.py).
-  """
+def chunk_body(model, tx, aug_cfg, cfg: LossConfig):
+  """S steps, uncompiled: (state, past, mask, data, batches, lrs) -> (state, (S, 4))."""
   step = functools.partial(train_step, model=model, tx=tx, aug_cfg=aug_cfg, cfg=cfg)
 
   def chunk(state, past, dim_mask, data, batches, lrs):
@@ -121,6 +118,20 @@ def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig, compiler_options=None):
       return jax.tree.map(lambda n, o: jnp.where(keep, n, o), new, st), jnp.where(keep, m, 0.0)
     return jax.lax.scan(body, state, (batches, lrs), unroll=True)
 
+  return chunk
+
+
+def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig, compiler_options=None, seeds: int = 0):
+  """Compiled :func:`chunk_body` (the state is donated).
+
+  ``seeds > 0``: the chunk of ``seeds`` runs at once, vmapped over a leading axis of
+  the state, the past model, the SD mask, the batches and the data's angles (each
+  seed draws its own rotations); images, labels and learning rates are shared.
+  ``compiler_options``: XLA options for this program only (cpu_kernels.py).
+  """
+  chunk = chunk_body(model, tx, aug_cfg, cfg)
+  if seeds:
+    chunk = jax.vmap(chunk, in_axes=(0, 0, 0, DeviceData(None, None, 0), 0, None))
   return jax.jit(chunk, donate_argnums=(0,), compiler_options=compiler_options)
 
 

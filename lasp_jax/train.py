@@ -267,32 +267,61 @@ class ContinualRun:
     pool = concat_pools(*[task_pool(s, j) for j in range(t + 1)])
     return pool, min(len(pool.index), len(own.index) + len(self.memory))
 
-  def train_task(self, t: int) -> None:
+  def task_plan(self, t: int) -> dict:
+    """What training task t needs before its first epoch: pool, epoch size, the lr of every step, mask."""
     c = self.config
     pool, per_epoch = self.train_pool(t)
-    b, spc = c.train.batch_size, c.train.steps_per_call
-    spe, epochs = num_steps(per_epoch, b), self.epochs_of(t)
+    spe, epochs = num_steps(per_epoch, c.train.batch_size), self.epochs_of(t)
     sched = lr_schedule(base_lr=c.train.lr, epochs=epochs, steps_per_epoch=spe,
                         warmup_epochs=c.train.warmup_epochs, warmup_from=c.train.warmup_from,
                         warmup_target_epochs=c.train.epochs if c.train.warmup_target == "published" else None,
                         min_ratio=c.train.lr_min_ratio, kind=c.train.schedule)
     lrs = schedule_values(sched, epochs * spe)
-    mask = jnp.asarray(self.host["mask"], bool)
     prog = self.host["progress"]
     if prog["epoch"] == 0 and prog["call"] == 0:
       warn_if_frozen(t, lrs, floor=c.train.lr * c.train.lr_min_ratio)
-    bar = tqdm.tqdm(total=epochs, initial=prog["epoch"], desc=f"task {t}", disable=not c.progress, leave=True)
-    for e in range(prog["epoch"], epochs):
-      batches = epoch_batches(pool, b, spc, np.random.default_rng([c.seed, t, e]), take=per_epoch)
-      calls = batches.index.shape[0]
-      lr_e = np.zeros(calls * spc, np.float32)
-      lr_e[:spe] = lrs[e * spe:(e + 1) * spe]
-      lr_e = lr_e.reshape(calls, spc)
-      # Metrics of the chunks run before an interruption come back from the checkpoint.
-      t0, outs = time.perf_counter(), [np.asarray(prog.get("partial", np.zeros((0, 4))), np.float32).reshape(-1, 4)]
+    return dict(pool=pool, per_epoch=per_epoch, spe=spe, epochs=epochs, lrs=lrs,
+                mask=jnp.asarray(self.host["mask"], bool))
+
+  def epoch_chunks(self, t: int, e: int, plan: dict) -> tuple[Batch, np.ndarray]:
+    """Epoch e's batches, (calls, steps_per_call, B) per field, and the lr of each step, (calls, spc)."""
+    c, spe, spc = self.config, plan["spe"], self.config.train.steps_per_call
+    batches = epoch_batches(plan["pool"], c.train.batch_size, spc, np.random.default_rng([c.seed, t, e]),
+                            take=plan["per_epoch"])
+    calls = batches.index.shape[0]
+    lr_e = np.zeros(calls * spc, np.float32)
+    lr_e[:spe] = plan["lrs"][e * spe:(e + 1) * spe]
+    return batches, lr_e.reshape(calls, spc)
+
+  def progress_bar(self, t: int, plan: dict):
+    return tqdm.tqdm(total=plan["epochs"], initial=self.host["progress"]["epoch"], desc=f"task {t}",
+                     disable=not self.config.progress, leave=True)
+
+  def epoch_start(self) -> tuple[float, list]:
+    """Clock and metric list of an epoch; the metrics of chunks run before an interruption come from the checkpoint."""
+    partial = self.host["progress"].get("partial", np.zeros((0, 4)))
+    return time.perf_counter(), [np.asarray(partial, np.float32).reshape(-1, 4)]
+
+  def end_epoch(self, t: int, e: int, plan: dict, outs, t0: float, bar) -> None:
+    spe, lrs = plan["spe"], plan["lrs"]
+    self._end_epoch(t, e, outs, self.host["progress"], lrs[min((e + 1) * spe, len(lrs)) - 1], (t0, len(outs[0])),
+                    bar)
+
+  def end_task(self, t: int, bar) -> None:
+    bar.close()
+    warn_if_not_learning(t, [c["loss"] for c in self.host["curves"] if c["task"] == t])
+
+  def train_task(self, t: int) -> None:
+    c, plan = self.config, self.task_plan(t)
+    prog, spc = self.host["progress"], c.train.steps_per_call
+    bar = self.progress_bar(t, plan)
+    for e in range(prog["epoch"], plan["epochs"]):
+      batches, lr_e = self.epoch_chunks(t, e, plan)
+      t0, outs = self.epoch_start()
+      calls = lr_e.shape[0]
       for k in range(prog["call"], calls):
         chunk = Batch(*[jax.device_put(f[k], self.batch_sharding) for f in batches])
-        self.state, m = self.chunk_fn(self.state, self.past, mask, self.data, chunk, jnp.asarray(lr_e[k]))
+        self.state, m = self.chunk_fn(self.state, self.past, plan["mask"], self.data, chunk, jnp.asarray(lr_e[k]))
         outs.append(m)
         every = c.train.checkpoint_every_steps
         if every and k + 1 < calls and ((k + 1) * spc) % every < spc:
@@ -300,9 +329,8 @@ class ContinualRun:
           prog["call"] = k + 1
           self.save()
           fault_point(f"step:{t}:{e}:{k + 1}")
-      self._end_epoch(t, e, outs, prog, lrs[min((e + 1) * spe, len(lrs)) - 1], (t0, len(outs[0])), bar)
-    bar.close()
-    warn_if_not_learning(t, [c["loss"] for c in self.host["curves"] if c["task"] == t])
+      self.end_epoch(t, e, plan, outs, t0, bar)
+    self.end_task(t, bar)
 
   def _check_finite(self, outs, t, e, first_step):
     """All step metrics of the epoch so far; raises at the first non-finite loss."""
@@ -395,7 +423,8 @@ class ContinualRun:
     timing = self.host.setdefault("timing", {})
     timing[phase] = round(timing.get(phase, 0.0) + time.perf_counter() - t0, 3)
 
-  def run(self) -> dict:
+  def start(self) -> None:
+    """Restores a checkpoint if there is one, writes config.json, opens the TensorBoard writer."""
     self._t_start = time.perf_counter()
     resumed = self.maybe_restore()
     checkpoint.write_json_atomic(self.workdir / "config.json",
@@ -409,26 +438,39 @@ class ContinualRun:
       self.writer = SummaryWriter(str(self.workdir / "tensorboard"))
     except ImportError:
       self.writer = None
+
+  def before_task(self, t: int) -> None:
     prog = self.host["progress"]
-    for t in range(prog["task"], self.stream.num_tasks):
-      if not prog["boundary_done"]:
-        if t > 0:
-          self._timed("boundary_s", self.boundary, t)
-        prog["boundary_done"] = True
-      self._timed("train_s", self.train_task, t)
-      if self.config.eval.every_task or t == self.stream.num_tasks - 1:
-        fault_point(f"probe:{t}")
-        self._timed("probe_s", self.evaluate, t)
-      if self.on_task_end is not None:
-        self.host.setdefault("extra", []).append({"task": t, **(self.on_task_end(self, t) or {})})
-      prog.update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[])
-      self.save()
+    if not prog["boundary_done"]:
+      if t > 0:
+        self._timed("boundary_s", self.boundary, t)
+      prog["boundary_done"] = True
+
+  def after_task(self, t: int) -> None:
+    """The probe (after every task, or the last), the task-end hook, the task-end checkpoint."""
+    if self.config.eval.every_task or t == self.stream.num_tasks - 1:
+      fault_point(f"probe:{t}")
+      self._timed("probe_s", self.evaluate, t)
+    if self.on_task_end is not None:
+      self.host.setdefault("extra", []).append({"task": t, **(self.on_task_end(self, t) or {})})
+    self.host["progress"].update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[])
+    self.save()
+
+  def finish(self) -> dict:
     results = self.results()
     checkpoint.write_json_atomic(self.workdir / "results.json", results)
     if self.writer:
       self.writer.close()
     self.ckpt.close()
     return results
+
+  def run(self) -> dict:
+    self.start()
+    for t in range(self.host["progress"]["task"], self.stream.num_tasks):
+      self.before_task(t)
+      self._timed("train_s", self.train_task, t)
+      self.after_task(t)
+    return self.finish()
 
   def results(self) -> dict:
     c, s, h = self.config, self.stream, self.host

@@ -15,18 +15,29 @@ from lasp_jax.steps import Batch, PastModel, epoch_batches
 from tests.conftest import tiny_config
 
 
-def run_on(devices, workdir, reference_state=None):
-  """Trains one chunk; then (from ``reference_state`` if given, so that both meshes
-  start from identical weights) runs the mask search, EB and the probe."""
+def check_run(devices, workdir):
   config = tiny_config(**{"data.num_tasks": 2, "model.name": "resnet18", "model.width": 0.0625,
                           "model.num_blocks": (1, 1), "train.batch_size": 16, "train.steps_per_call": 2,
                           "augment.size": 28, "eval.epochs": 2, "eval.probe": "sgd"})  # the compiled probe
-  run = train.ContinualRun(config, workdir, devices=devices)
+  return train.ContinualRun(config, workdir, devices=devices)
+
+
+def train_chunk(devices, workdir, run=None):
+  """One chunk of 2 steps with a past model, on a ("data",) mesh over ``devices``: (state, metrics)."""
+  run = run or check_run(devices, workdir)
   pool = train.training_pool(run.stream, run.memory, 0)
   b = epoch_batches(pool, 16, 2, np.random.default_rng(0))
   past = PastModel(*jax.tree.map(lambda x: x * 0.95, (run.state.params, run.state.batch_stats)))
   chunk = Batch(*[jax.device_put(f[0], run.batch_sharding) for f in b])
-  state, metrics = run.chunk_fn(run.state, past, jnp.ones(16, bool), run.data, chunk, jnp.full(2, 0.05))
+  return run.chunk_fn(run.state, past, jnp.ones(16, bool), run.data, chunk, jnp.full(2, 0.05))
+
+
+def run_on(devices, workdir, reference_state=None):
+  """Trains one chunk; then (from ``reference_state`` if given, so that both meshes
+  start from identical weights) runs the mask search, EB and the probe."""
+  run = check_run(devices, workdir)
+  pool = train.training_pool(run.stream, run.memory, 0)
+  state, metrics = train_chunk(devices, workdir, run)
   trained = jax.tree.map(np.asarray, state)
   # The search (lr 100, 50 steps) amplifies float-rounding differences of the
   # weights; compare it, EB and the probe from the same weights on both meshes.
@@ -35,7 +46,7 @@ def run_on(devices, workdir, reference_state=None):
   rows = lookahead.lookahead_rows(pool, pool, "onlycurrent", 16, np.random.default_rng(1))
   res = lookahead.boundary(jax.random.PRNGKey(0), run.model, state.variables(), run.data,
                            jax.tree.map(jnp.asarray, rows), aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg,
-                           lasp_cfg=config.lasp, num_classes=10, need_gamma=True)
+                           lasp_cfg=run.config.lasp, num_classes=10, need_gamma=True)
   run.evaluate(0)
   flat = {f"p{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.params))}
   flat.update({f"s{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.batch_stats))})

@@ -1,0 +1,152 @@
+"""N seeds of one config trained as one vmapped program: ``--config.num_seeds=N``.
+
+Each seed k is a :class:`train.ContinualRun` of ``seed + k`` in ``WORKDIR/seed_<k>``,
+with its own memory, past model, SD mask, GM salience, data order, augmentation and
+(R-MNIST) rotations, its own checkpoints and its own ``results.json``, as a separate
+run would write. Only the training chunks run together: their states are stacked on
+a leading axis and one compiled, vmapped chunk trains every seed (steps.make_chunk_fn).
+The boundary work (memory, mask search, EB) and the probe run seed by seed; they are
+small next to training. ``WORKDIR/seeds.md`` holds the mean (std) over the seeds.
+
+Resuming: every seed saves its task-end checkpoint after each task (and mid-task
+checkpoints at the same chunks), so the seeds resume together; a seed that is
+behind (the process died between two seeds' saves) first catches up on its own.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from lasp_jax import config_lib, cpu_kernels
+from lasp_jax.checkpoint import write_text_atomic
+from lasp_jax.steps import Batch, make_chunk_fn
+from lasp_jax.train import ContinualRun
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def seed_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:
+  """One config per seed: seed + k, num_seeds 1; progress bars for the first only."""
+  out = []
+  for k in range(config.num_seeds):
+    c = config_lib.override(ml_collections.ConfigDict(config.to_dict()), seed=config.seed + k, num_seeds=1)
+    c.progress = config.progress and k == 0
+    out.append(c)
+  return out
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+
+class SeedGroup:
+  """The seeds of one config, trained in lockstep."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir, devices=None):
+    self.workdir = str(workdir)
+    self.runs = [ContinualRun(c, os.path.join(self.workdir, f"seed_{k}"), devices=devices)
+                 for k, c in enumerate(seed_configs(config))]
+    r = self.runs[0]
+    kernels = cpu_kernels.resolve(r.config.model.name, r.config.model.cpu_convs, r.config.model.conv_backward)
+    self.chunk_fn = make_chunk_fn(r.model, r.tx, r.aug_cfg, r.loss_cfg, seeds=len(self.runs),
+                                  compiler_options=cpu_kernels.compiler_options(kernels))
+    self.batch_sharding = NamedSharding(r.mesh, P(None, None, "data"))
+
+  def _progress(self, run):
+    p = run.host["progress"]
+    return p["task"], p["epoch"], p["call"]
+
+  def run(self) -> list[dict]:
+    for r in self.runs:
+      r.start()
+    ahead = max(self._progress(r) for r in self.runs)
+    for r in self.runs:  # a seed saved one task-end checkpoint less than another: it trains alone to catch up
+      while self._progress(r) < ahead and r.host["progress"]["task"] < r.stream.num_tasks:
+        t = r.host["progress"]["task"]
+        r.before_task(t)
+        r._timed("train_s", r.train_task, t)  # pylint: disable=protected-access
+        r.after_task(t)
+    for t in range(self.runs[0].host["progress"]["task"], self.runs[0].stream.num_tasks):
+      for r in self.runs:
+        r.before_task(t)
+      self.train_task(t)
+      for r in self.runs:
+        r.after_task(t)
+    results = [r.finish() for r in self.runs]
+    write_text_atomic(os.path.join(self.workdir, "seeds.md"), seed_table(results))
+    return results
+
+  def train_task(self, t: int) -> None:
+    import time  # pylint: disable=g-import-not-at-top
+    start = time.perf_counter()
+    runs = self.runs
+    plans = [r.task_plan(t) for r in runs]
+    prog0 = runs[0].host["progress"]
+    bars = [r.progress_bar(t, p) for r, p in zip(runs, plans)]
+    state = _stack([r.state for r in runs])
+    past = None if runs[0].past is None else _stack([r.past for r in runs])
+    masks = jnp.stack([p["mask"] for p in plans])
+    data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
+    every, spc = runs[0].config.train.checkpoint_every_steps, runs[0].config.train.steps_per_call
+    for e in range(prog0["epoch"], plans[0]["epochs"]):
+      chunks = [r.epoch_chunks(t, e, p) for r, p in zip(runs, plans)]
+      lr_e = chunks[0][1]  # one schedule for every seed
+      starts = [r.epoch_start() for r in runs]
+      calls = lr_e.shape[0]
+      for k in range(prog0["call"], calls):
+        batch = Batch(*[jax.device_put(np.stack([f[k] for f in fields]), self.batch_sharding)
+                        for fields in zip(*[b for b, _ in chunks])])
+        state, m = self.chunk_fn(state, past, masks, data, batch, jnp.asarray(lr_e[k]))
+        for i, (_, outs) in enumerate(starts):
+          outs.append(m[i])
+        if every and k + 1 < calls and ((k + 1) * spc) % every < spc:
+          self._unstack_into_runs(state)
+          for r, (_, outs) in zip(runs, starts):
+            r.host["progress"]["partial"] = r._check_finite(outs, t, e, 0).tolist()  # pylint: disable=protected-access
+            r.host["progress"]["call"] = k + 1
+            r.save()
+      self._unstack_into_runs(state)
+      for r, p, (t0, outs), bar in zip(runs, plans, starts, bars):
+        r.end_epoch(t, e, p, outs, t0, bar)
+    self._unstack_into_runs(state)
+    for r, bar in zip(runs, bars):
+      r.end_task(t, bar)
+    elapsed = round(time.perf_counter() - start, 3)
+    for r in runs:  # the shared program's time, charged to every seed
+      timing = r.host.setdefault("timing", {})
+      timing["train_s"] = round(timing.get("train_s", 0.0) + elapsed, 3)
+
+  def _unstack_into_runs(self, state) -> None:
+    for i, r in enumerate(self.runs):
+      # Copies: the next chunk donates the stacked state's buffers.
+      r.state = jax.device_put(jax.tree.map(lambda x: jnp.copy(x[i]), state), r.replicated)
+
+
+def mean_result(results: list[dict]) -> dict:
+  """The seeds' mean final accuracies (and raw-pixel baseline), in a results.json's shape, for the comparison."""
+  mean = lambda dicts: {n: statistics.mean(d[n] for d in dicts) for n in dicts[0]}
+  out = {"final": mean([r["final"] for r in results])}
+  pixels = [r.get("baselines", {}).get("raw_pixels") for r in results]
+  if all(pixels):
+    out["baselines"] = {"raw_pixels": mean(pixels)}
+  return out
+
+
+def seed_table(results: list[dict]) -> str:
+  """Markdown: each seed's final accuracies and their mean (std)."""
+  names = list(results[0]["final"])
+  lines = ["| seed | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+  for r in results:
+    lines.append(f"| {r['seed']} | " + " | ".join(f"{r['final'][n]:.2f}" for n in names) + " |")
+  cells = []
+  for n in names:
+    vals = [r["final"][n] for r in results]
+    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    cells.append(f"{statistics.mean(vals):.2f} ({std:.2f})")
+  lines.append(f"| mean (std), {len(results)} seeds | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ import numpy as np
 from lasp_jax import config_lib, cpu_kernels
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
-from lasp_jax.train import ContinualRun
+from lasp_jax.train import ContinualRun, checkpoint_due
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 
@@ -38,6 +38,10 @@ def seed_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Confi
     c.progress = config.progress and k == 0
     out.append(c)
   return out
+
+
+def _stack_np(batches):
+  return Batch(*[np.stack(f) for f in zip(*batches)])
 
 
 def _stack(trees):
@@ -92,19 +96,18 @@ class SeedGroup:
     past = None if runs[0].past is None else _stack([r.past for r in runs])
     masks = jnp.stack([p["mask"] for p in plans])
     data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
-    every, spc = runs[0].config.train.checkpoint_every_steps, runs[0].config.train.steps_per_call
+    every = runs[0].config.train.checkpoint_every_steps
     for e in range(prog0["epoch"], plans[0]["epochs"]):
-      chunks = [r.epoch_chunks(t, e, p) for r, p in zip(runs, plans)]
-      lr_e = chunks[0][1]  # one schedule for every seed
+      per_seed = [r.epoch_chunks(t, e, p) for r, p in zip(runs, plans)]
+      chunks, lr_e = [c for c, _ in per_seed], per_seed[0][1]  # one schedule for every seed
       starts = [r.epoch_start() for r in runs]
-      calls = lr_e.shape[0]
+      calls = len(lr_e)
       for k in range(prog0["call"], calls):
-        batch = Batch(*[jax.device_put(np.stack([f[k] for f in fields]), self.batch_sharding)
-                        for fields in zip(*[b for b, _ in chunks])])
+        batch = jax.device_put(_stack_np([c[k] for c in chunks]), self.batch_sharding)
         state, m = self.chunk_fn(state, past, masks, data, batch, jnp.asarray(lr_e[k]))
         for i, (_, outs) in enumerate(starts):
           outs.append(m[i])
-        if every and k + 1 < calls and ((k + 1) * spc) % every < spc:
+        if every and k + 1 < calls and checkpoint_due(lr_e, k, every):
           self._unstack_into_runs(state)
           for r, (_, outs) in zip(runs, starts):
             r.host["progress"]["partial"] = r._check_finite(outs, t, e, 0).tolist()  # pylint: disable=protected-access

@@ -54,7 +54,9 @@ def test_results_file_and_shapes(sd_run):
 
 def test_no_recompilation_across_epochs_and_tasks(sd_run):
   run, _, _ = sd_run
-  assert run.chunk_fn._cache_size() == 2  # without and with a past model, nothing else
+  # Without and with a past model, each as a chunk of steps_per_call steps and of one step
+  # (an epoch's remaining steps): nothing else, whatever the number of epochs and tasks.
+  assert run.chunk_fn._cache_size() <= 4
   # The probe ran after 5 tasks and the search at 4 boundaries: one program each
   # (0 if an earlier test of this process compiled the same shapes).
   assert all(n <= 1 for n in run.compiled), run.compiled
@@ -203,3 +205,23 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
     results = train.ContinualRun(c, tmp_path).run()
   assert results["dataset"] == "cifar10" and np.array(results["acc_matrix"]["class_il"], float).shape == (2, 2)
   assert all(np.isfinite(c["loss"]) for c in results["curves"])
+
+
+def test_checkpoint_points_with_unequal_chunks():
+  lens = [np.zeros(n) for n in (4, 4, 1, 1)]
+  assert [train.checkpoint_due(lens, k, 4) for k in range(4)] == [True, True, False, False]
+  assert [train.checkpoint_due(lens, k, 5) for k in range(4)] == [False, True, False, True]
+
+
+def test_an_epoch_has_no_fully_padded_step(tmp_path):
+  """Chunks of steps_per_call, then single steps: every step holds data, in the epoch's order."""
+  run = train.ContinualRun(_two_tasks(**{"train.steps_per_call": 5}), tmp_path)
+  plan = run.task_plan(0)
+  chunks, lrs = run.epoch_chunks(0, 0, plan)
+  sizes = [len(x) for x in lrs]
+  spe = plan["spe"]
+  assert sum(sizes) == spe and sizes == [5] * (spe // 5) + [1] * (spe % 5) and spe % 5
+  assert all(bool(np.any(v)) for ch in chunks for v in ch.valid)
+  flat = np.concatenate([ch.index[ch.valid] for ch in chunks])
+  assert len(flat) == plan["per_epoch"] == len(set(flat.tolist()))
+  np.testing.assert_array_equal(np.concatenate(lrs), plan["lrs"][:spe])

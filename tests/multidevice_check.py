@@ -10,16 +10,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import lookahead, train
+from lasp_jax import lookahead, seeds, train
 from lasp_jax.steps import Batch, PastModel, epoch_batches
 from tests.conftest import tiny_config
 
 
-def check_run(devices, workdir):
-  config = tiny_config(**{"data.num_tasks": 2, "model.name": "resnet18", "model.width": 0.0625,
+def check_config(**kw):
+  return tiny_config(**{"data.num_tasks": 2, "model.name": "resnet18", "model.width": 0.0625,
                           "model.num_blocks": (1, 1), "train.batch_size": 16, "train.steps_per_call": 2,
-                          "augment.size": 28, "eval.epochs": 2, "eval.probe": "sgd"})  # the compiled probe
-  return train.ContinualRun(config, workdir, devices=devices)
+                          "augment.size": 28, "eval.epochs": 2, "eval.probe": "sgd", **kw})  # the compiled probe
+
+
+def check_run(devices, workdir):
+  return train.ContinualRun(check_config(), workdir, devices=devices)
+
+
+def vmapped_chunk(devices, workdir):
+  """One chunk of a 2-seed group (seeds.py) on ``devices``: its stacked params, seeds on the leading axis."""
+  group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
+  chunks = [r.epoch_chunks(0, 0, r.task_plan(0))[0][0] for r in group.runs]
+  batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
+  state = jax.tree.map(lambda *x: jnp.stack(x), *[r.state for r in group.runs])
+  data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
+  state, metrics = group.chunk_fn(state, None, jnp.ones((2, 16), bool), data, batch, jnp.full(2, 0.05))
+  return {f"v{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.params))} | {
+      "vmetrics": np.asarray(metrics)}
 
 
 def train_chunk(devices, workdir, run=None):
@@ -59,5 +74,7 @@ if __name__ == "__main__":
   assert jax.device_count() == 4, jax.devices()
   one, trained = run_on(jax.devices()[:1], sys.argv[1] + "/one")
   four, _ = run_on(jax.devices(), sys.argv[1] + "/four", reference_state=trained)
+  one.update(vmapped_chunk(jax.devices()[:1], sys.argv[1] + "/vone"))
+  four.update(vmapped_chunk(jax.devices(), sys.argv[1] + "/vfour"))
   np.savez(sys.argv[1] + "/out.npz", **{f"one_{k}": v for k, v in one.items()},
            **{f"four_{k}": v for k, v in four.items()})

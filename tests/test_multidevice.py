@@ -18,7 +18,8 @@ def test_one_device_equals_four_devices(tmp_path):
   z = np.load(tmp_path / "out.npz")
   keys = sorted(k[4:] for k in z.files if k.startswith("one_"))
   assert keys == sorted(k[5:] for k in z.files if k.startswith("four_"))  # nothing only one side has
-  for prefix in ("p", "s", "g"):  # params, BN statistics and every EB salience leaf are compared
+  # params, BN statistics, every EB salience leaf, and the params of a vmapped 2-seed chunk are compared
+  for prefix in ("p", "s", "g", "v"):
     assert any(k.startswith(prefix) and k[1:].isdigit() for k in keys), prefix
   for k in keys:
     if k == "mask":

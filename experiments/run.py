@@ -148,10 +148,10 @@ def _metric(record, group, metric):
   return None if res is None else res["final"].get(metric)
 
 
-def table1_rows(methods, memories):
+def table1_rows(methods, memories, baselines=True):
   """(memory, method) rows: each memory's methods and baselines, then finetune without any memory."""
-  rows = [(m, meth) for m in memories for meth in tuple(methods) + BASELINES]
-  return rows + [(0, "finetune")]
+  rows = [(m, meth) for m in memories for meth in tuple(methods) + (BASELINES if baselines else ())]
+  return rows + [(0, "finetune")] if baselines else rows
 
 
 def srs_for(group: str, method: str) -> dict:
@@ -159,10 +159,10 @@ def srs_for(group: str, method: str) -> dict:
   return {"lasp.srs_data": "onlycurrent"} if group == "rmnist" and method in ("gm", "sd_gm") else {}
 
 
-def grid_table1(scale, seeds, methods=METHODS, memories=(200, 500)):
+def grid_table1(scale, seeds, methods=METHODS, memories=(200, 500), baselines=True):
   return [({"memory": m, "method": meth, "group": g, "seed": s},
            make_config(base, method=meth, seed=s, **{"memory.size": m}, **srs_for(g, meth)))
-          for m, meth in table1_rows(methods, memories) for g, base in dataset_configs(scale).items()
+          for m, meth in table1_rows(methods, memories, baselines) for g, base in dataset_configs(scale).items()
           for s in range(seeds)]
 
 
@@ -192,14 +192,14 @@ def grid_table3(scale, seeds):
           for s in range(seeds)]
 
 
-def table1(scale, seeds, out, methods=METHODS, memories=(200, 500)):
-  records = run_grid(out, grid_table1(scale, seeds, methods, memories))
+def table1(scale, seeds, out, methods=METHODS, memories=(200, 500), baselines=True):
+  records = run_grid(out, grid_table1(scale, seeds, methods, memories, baselines))
   cols = [("cifar10", "class_il"), ("cifar10", "task_il"), ("tiny", "class_il"), ("tiny", "task_il"),
           ("rmnist", "domain_il")]
   names = column_names(scale)
   header = ["Memory", "Method"] + [f"{names[g]} {m}" for g, m in cols]
   rows = []
-  for mem, meth in table1_rows(methods, memories):
+  for mem, meth in table1_rows(methods, memories, baselines):
     row = [mem, meth]
     for g, m in cols:
       vals = [_metric(r, g, m) for r in records if r["memory"] == mem and r["method"] == meth and r["group"] == g]

@@ -76,17 +76,14 @@ def test_resume_never_restarts_and_force_accepts_a_changed_config(reference, tmp
   assert got["curves"][2:] != reference["curves"][2:]  # task 1 trained at the new lr
 
 
-def test_same_seed_same_results_different_seed_differs(reference, tmp_path):
-  expected = reference
-  again = main(tmp_path / "again")
-  assert again.returncode == 0, again.stderr[-3000:]
-  assert strip_timing(json.loads((tmp_path / "again" / "results.json").read_text())) == strip_timing(expected)
+def test_a_different_seed_gives_different_results(reference, tmp_path):
+  """(The same seed giving the same results.json: test_resume_never... reruns from scratch and compares.)"""
   out = main(tmp_path, "--config.seed=1")
   assert out.returncode == 0, out.stderr[-3000:]
   other = json.loads((tmp_path / "results.json").read_text())
-  assert other["curves"][0]["loss"] != expected["curves"][0]["loss"]
-  assert other["boundaries"][0]["selected"] != expected["boundaries"][0]["selected"] or \
-      other["acc_matrix"] != expected["acc_matrix"]
+  assert other["curves"][0]["loss"] != reference["curves"][0]["loss"]
+  assert other["boundaries"][0]["selected"] != reference["boundaries"][0]["selected"] or \
+      other["acc_matrix"] != reference["acc_matrix"]
 
 
 @pytest.mark.parametrize("args,message", [

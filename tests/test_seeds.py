@@ -8,7 +8,7 @@ import pytest
 from lasp_jax import seeds, train
 from tests.conftest import tiny_config
 
-BASE = {"data.num_tasks": 2, "method": "sd", "progress": False}
+BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_first": 1, "train.epochs": 1}
 
 
 def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seeds(tmp_path, monkeypatch):

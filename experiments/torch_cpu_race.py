@@ -33,8 +33,10 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision
 from torchvision import transforms
+
+# Run as a script: this folder is on sys.path. The ResNet-18 model and the losses are the GPU reference's.
+from torch_reference import co2l_model as resnet18, ird, supcon  # pylint: disable=g-import-not-at-top
 
 
 def mnist_net() -> torch.nn.Module:
@@ -44,35 +46,6 @@ def mnist_net() -> torch.nn.Module:
       torch.nn.Conv2d(20, 50, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
       torch.nn.Linear(800, 500), torch.nn.ReLU(),
       torch.nn.Linear(500, 500), torch.nn.ReLU(), torch.nn.Linear(500, 500))
-
-
-def resnet18() -> torch.nn.Module:
-  net = torchvision.models.resnet18(num_classes=10)
-  net.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-  net.maxpool = torch.nn.Identity()
-  net.fc = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(inplace=True), torch.nn.Linear(512, 128))
-  return net
-
-
-def supcon(z, labels, current, tau, base_tau=0.07):
-  """SupCon over 2B views; only current-task samples are anchors (Co2L's asymmetric loss)."""
-  n = z.shape[0]
-  labels, current = labels.repeat(2), current.repeat(2)
-  logits = z @ z.T / tau
-  logits = logits - logits.max(dim=1, keepdim=True).values.detach()
-  not_self = ~torch.eye(n, dtype=torch.bool)
-  pos = (labels[:, None] == labels[None, :]) & not_self
-  log_prob = logits - torch.log((torch.exp(logits) * not_self).sum(1, keepdim=True))
-  per_anchor = -(tau / base_tau) * (pos * log_prob).sum(1) / pos.sum(1).clamp(min=1)
-  return per_anchor[current].mean()
-
-
-def ird(z, z_past, t_cur=0.2, t_past=0.01):
-  n = z.shape[0]
-  off = ~torch.eye(n, dtype=torch.bool)
-  log_cur = F.log_softmax((z @ z.T / t_cur)[off].view(n, n - 1), dim=1)
-  past = F.softmax((z_past @ z_past.T / t_past)[off].view(n, n - 1), dim=1)
-  return (-past * log_cur).sum(1).mean()
 
 
 class TwoViews:
@@ -166,7 +139,7 @@ def main():
       zp = past(x)
     if normalize:
       z, zp = F.normalize(z, dim=1), F.normalize(zp, dim=1)
-    loss = supcon(z, y, y >= 5, tau) + ird(z, zp)
+    loss = supcon(z, y, tau, current=y >= 5) + ird(z, zp)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

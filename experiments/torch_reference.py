@@ -31,8 +31,8 @@ def co2l_model() -> torch.nn.Module:
   return net
 
 
-def supcon(z, labels, temperature=0.5, base_temperature=0.07):
-  """SupCon of Co2L with every anchor current (the costliest case)."""
+def supcon(z, labels, temperature=0.5, base_temperature=0.07, current=None):
+  """SupCon of Co2L over 2B views; ``current`` (B,) bool picks the anchors (default: every anchor, the costliest case)."""
   n = z.shape[0]
   labels = labels.repeat(2)
   logits = z @ z.T / temperature
@@ -41,7 +41,8 @@ def supcon(z, labels, temperature=0.5, base_temperature=0.07):
   pos = (labels[:, None] == labels[None, :]) & self_mask
   exp = torch.exp(logits) * self_mask
   log_prob = logits - torch.log(exp.sum(1, keepdim=True))
-  return (-(temperature / base_temperature) * (pos * log_prob).sum(1) / pos.sum(1).clamp(min=1)).mean()
+  per_anchor = -(temperature / base_temperature) * (pos * log_prob).sum(1) / pos.sum(1).clamp(min=1)
+  return per_anchor.mean() if current is None else per_anchor[current.repeat(2)].mean()
 
 
 def ird(z, z_past, t_cur=0.2, t_past=0.01):

@@ -54,6 +54,11 @@ def resolve(model_name: str, convs: str = "auto", conv_backward: str = "auto",
                     conv_backward=auto.conv_backward if conv_backward == "auto" else conv_backward)
 
 
+def of_model(model_config) -> CpuKernels:
+  """:func:`resolve` for a config's ``model`` section (the one place that reads its two keys)."""
+  return resolve(model_config.name, model_config.get("cpu_convs", "auto"), model_config.get("conv_backward", "auto"))
+
+
 def compiler_options(kernels: CpuKernels) -> Optional[dict]:
   """``jax.jit(..., compiler_options=...)`` for the train step."""
   return dict(XLA_CONV_OPTIONS) if kernels.convs == "xla" else None

@@ -232,8 +232,7 @@ def build_model(config) -> ContrastiveModel:
   """Builds the model named by ``config.model`` (``resnet18`` or ``mnistnet``)."""
   m = config.model
   dtype = jnp.dtype(config.get("compute_dtype", "float32"))
-  kernels = cpu_kernels.resolve(m.name, m.get("cpu_convs", "auto"), m.get("conv_backward", "auto"))
-  conv_fn = conv_for_backend(kernels.conv_backward)
+  conv_fn = conv_for_backend(cpu_kernels.of_model(m).conv_backward)
   if m.name == "resnet18":
     blocks = tuple(m.get("num_blocks", (2, 2, 2, 2)))
     widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))[:len(blocks)]

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from lasp_jax import config_lib, cpu_kernels
+from lasp_jax import config_lib
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
 from lasp_jax.train import ContinualRun, checkpoint_due
@@ -56,9 +57,8 @@ class SeedGroup:
     self.runs = [ContinualRun(c, os.path.join(self.workdir, f"seed_{k}"), devices=devices)
                  for k, c in enumerate(seed_configs(config))]
     r = self.runs[0]
-    kernels = cpu_kernels.resolve(r.config.model.name, r.config.model.cpu_convs, r.config.model.conv_backward)
     self.chunk_fn = make_chunk_fn(r.model, r.tx, r.aug_cfg, r.loss_cfg, seeds=len(self.runs),
-                                  compiler_options=cpu_kernels.compiler_options(kernels))
+                                  compiler_options=r.compiler_options)
     self.batch_sharding = NamedSharding(r.mesh, P(None, None, "data"))
 
   def _progress(self, run):
@@ -71,10 +71,7 @@ class SeedGroup:
     ahead = max(self._progress(r) for r in self.runs)
     for r in self.runs:  # a seed saved one task-end checkpoint less than another: it trains alone to catch up
       while self._progress(r) < ahead and r.host["progress"]["task"] < r.stream.num_tasks:
-        t = r.host["progress"]["task"]
-        r.before_task(t)
-        r._timed("train_s", r.train_task, t)  # pylint: disable=protected-access
-        r.after_task(t)
+        r.run_task(r.host["progress"]["task"])
     for t in range(self.runs[0].host["progress"]["task"], self.runs[0].stream.num_tasks):
       for r in self.runs:
         r.before_task(t)
@@ -86,7 +83,6 @@ class SeedGroup:
     return results
 
   def train_task(self, t: int) -> None:
-    import time  # pylint: disable=g-import-not-at-top
     start = time.perf_counter()
     runs = self.runs
     plans = [r.task_plan(t) for r in runs]
@@ -110,13 +106,10 @@ class SeedGroup:
         if every and k + 1 < calls and checkpoint_due(lr_e, k, every):
           self._unstack_into_runs(state)
           for r, (_, outs) in zip(runs, starts):
-            r.host["progress"]["partial"] = r._check_finite(outs, t, e, 0).tolist()  # pylint: disable=protected-access
-            r.host["progress"]["call"] = k + 1
-            r.save()
+            r.save_mid_epoch(t, e, k, outs)
       self._unstack_into_runs(state)
       for r, p, (t0, outs), bar in zip(runs, plans, starts, bars):
-        r.end_epoch(t, e, p, outs, t0, bar)
-    self._unstack_into_runs(state)
+        r.end_epoch(t, e, p, outs, t0, bar)  # each run holds its seed's state from the unstack above
     for r, bar in zip(runs, bars):
       r.end_task(t, bar)
     elapsed = round(time.perf_counter() - start, 3)

@@ -159,9 +159,9 @@ class ContinualRun:
     self.tx = make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay)
     self.aug_cfg = config_lib.augment_config(config)
     self.loss_cfg = loss_config(config, self.stream)
-    kernels = cpu_kernels.resolve(config.model.name, config.model.cpu_convs, config.model.conv_backward)
+    self.compiler_options = cpu_kernels.compiler_options(cpu_kernels.of_model(config.model))
     self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg,
-                                  compiler_options=cpu_kernels.compiler_options(kernels))
+                                  compiler_options=self.compiler_options)
     s = self.stream
     self.mesh = data_mesh(devices)
     if config.train.batch_size % self.mesh.size:
@@ -339,12 +339,17 @@ class ContinualRun:
         outs.append(m)
         every = c.train.checkpoint_every_steps
         if every and k + 1 < calls and checkpoint_due(lr_e, k, every):
-          prog["partial"] = self._check_finite(outs, t, e, 0).tolist()
-          prog["call"] = k + 1
-          self.save()
+          self.save_mid_epoch(t, e, k, outs)
           fault_point(f"step:{t}:{e}:{k + 1}")
       self.end_epoch(t, e, plan, outs, t0, bar)
     self.end_task(t, bar)
+
+  def save_mid_epoch(self, t: int, e: int, k: int, outs) -> None:
+    """A checkpoint after chunk k of epoch e, with the epoch's metrics so far."""
+    prog = self.host["progress"]
+    prog["partial"] = self._check_finite(outs, t, e, 0).tolist()
+    prog["call"] = k + 1
+    self.save()
 
   def _check_finite(self, outs, t, e, first_step):
     """All step metrics of the epoch so far; raises at the first non-finite loss."""
@@ -478,12 +483,15 @@ class ContinualRun:
     self.ckpt.close()
     return results
 
+  def run_task(self, t: int) -> None:
+    self.before_task(t)
+    self._timed("train_s", self.train_task, t)
+    self.after_task(t)
+
   def run(self) -> dict:
     self.start()
     for t in range(self.host["progress"]["task"], self.stream.num_tasks):
-      self.before_task(t)
-      self._timed("train_s", self.train_task, t)
-      self.after_task(t)
+      self.run_task(t)
     return self.finish()
 
   def results(self) -> dict:

@@ -138,6 +138,22 @@ def _accuracies(logits, labels, tasks, num_tasks, classes_per_task, scenario):
   return out
 
 
+def masked_sgd_step(params, opt_state, feats, labels, valid, *, clf, tx):
+  """One probe SGD step on the rows where ``valid``; with no valid row, nothing moves.
+
+  The probe's row count is padded to a fixed size, so an epoch's last steps can
+  hold no real sample: such a step must leave the classifier and its momentum as
+  they are (an optimizer update with a zero gradient would still move them).
+  """
+  def loss_fn(p):
+    ce = optax.softmax_cross_entropy_with_integer_labels(clf.apply(p, feats), labels)
+    return jnp.sum(jnp.where(valid, ce, 0)) / jnp.maximum(jnp.sum(valid), 1)
+
+  updates, new_opt = tx.update(jax.grad(loss_fn)(params), opt_state, params)
+  new = (optax.apply_updates(params, updates), new_opt)
+  return jax.tree.map(lambda a, b: jnp.where(jnp.any(valid), a, b), new, (params, opt_state))
+
+
 @functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "cfg", "num_classes", "num_tasks",
                                              "classes_per_task", "scenario"))
 def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, stats, *, model, aug_cfg,
@@ -162,22 +178,9 @@ def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, sta
     return (encode(model, variables, x) - mean) / scale
 
   def step(carry, inputs):
-    params, opt_state = carry
     rows, valid, key = inputs
     feats = jax.lax.stop_gradient(features(rows, key))
-    labels = pd.train_label[rows]
-
-    def loss_fn(p):
-      ce = optax.softmax_cross_entropy_with_integer_labels(clf.apply(p, feats), labels)
-      return jnp.sum(jnp.where(valid, ce, 0)) / jnp.maximum(jnp.sum(valid), 1)
-
-    grads = jax.grad(loss_fn)(params)
-    updates, new_opt = tx.update(grads, opt_state, params)
-    # The row count is padded to a fixed size, so an epoch's last steps can hold no real
-    # sample: they must not move the classifier (momentum would, with a zero gradient).
-    keep = jnp.any(valid)
-    new = (optax.apply_updates(params, updates), new_opt)
-    return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, (params, opt_state)), None
+    return masked_sgd_step(*carry, feats, pd.train_label[rows], valid, clf=clf, tx=tx), None
 
   def epoch(carry, inputs):
     params, opt_state = carry

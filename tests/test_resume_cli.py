@@ -63,27 +63,17 @@ def test_resume_with_different_config_is_refused(reference, tmp_path):
   assert "differs in: train.lr" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_resume_never_restarts_and_force_accepts_a_changed_config(reference, tmp_path):
-  assert main(tmp_path / "a", fault="probe:0").returncode == -9
-  fresh = main(tmp_path / "a", "--config.resume=never")
-  assert fresh.returncode == 0 and "resuming" not in fresh.stderr
-  assert strip_timing(json.loads((tmp_path / "a" / "results.json").read_text())) == strip_timing(reference)
-  assert main(tmp_path / "b", fault="boundary:1").returncode == -9  # task 0 finished and checkpointed
-  forced = main(tmp_path / "b", "--config.resume=force", "--config.train.lr=0.2")
+def test_resume_force_accepts_a_changed_config_and_never_restarts(reference, tmp_path):
+  assert main(tmp_path, fault="boundary:1").returncode == -9  # task 0 finished and checkpointed
+  forced = main(tmp_path, "--config.resume=force", "--config.train.lr=0.2")
   assert forced.returncode == 0 and "resuming" in forced.stderr
-  got = json.loads((tmp_path / "b" / "results.json").read_text())
+  got = json.loads((tmp_path / "results.json").read_text())
   assert got["curves"][:2] == reference["curves"][:2]  # task 0 kept from the checkpoint
   assert got["curves"][2:] != reference["curves"][2:]  # task 1 trained at the new lr
-
-
-def test_a_different_seed_gives_different_results(reference, tmp_path):
-  """(The same seed giving the same results.json: test_resume_never... reruns from scratch and compares.)"""
-  out = main(tmp_path, "--config.seed=1")
-  assert out.returncode == 0, out.stderr[-3000:]
-  other = json.loads((tmp_path / "results.json").read_text())
-  assert other["curves"][0]["loss"] != reference["curves"][0]["loss"]
-  assert other["boundaries"][0]["selected"] != reference["boundaries"][0]["selected"] or \
-      other["acc_matrix"] != reference["acc_matrix"]
+  # never: the finished run (another config) is ignored and the same seed retrains to the same results.json.
+  fresh = main(tmp_path, "--config.resume=never")
+  assert fresh.returncode == 0 and "resuming" not in fresh.stderr
+  assert strip_timing(json.loads((tmp_path / "results.json").read_text())) == strip_timing(reference)
 
 
 @pytest.mark.parametrize("args,message", [

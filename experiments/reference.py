@@ -78,7 +78,7 @@ def lasp_config(p: dict, method: str, seed: int, angles, idx_dir: str):
 def published_side(line: dict) -> dict:
   dims = [t.get("select_dims") for t in line["tasks"][1:]]
   return {"acc": line.get("probe_best_acc"), "train_s": line.get("repr_process_s"),
-          "probe_s": line.get("probe_process_s"), "search_s": line.get("mask_search_s_total"),
+          "probe_s": line.get("probe_process_s"), "search_s": line.get("mask_search_s_total") or None,
           "selected_dims": dims if any(d is not None for d in dims) else None,
           "loss_last_epoch": [t["loss_avg"][-1] if t.get("loss_avg") else None for t in line["tasks"]]}
 

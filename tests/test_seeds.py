@@ -37,7 +37,7 @@ def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seed
   assert results[1]["acc_matrix"] == single["acc_matrix"]
   loss = lambda r: [c["loss"] for c in r["curves"]]
   np.testing.assert_allclose(loss(results[1]), loss(single), rtol=1e-5)
-  assert results[0]["final"] != results[1]["final"]  # the seeds differ
+  assert results[0]["final"] != results[1]["final"] and loss(results[0]) != loss(results[1])  # the seeds differ
   on_disk = json.loads((group_dir / "seed_1" / "results.json").read_text())
   assert on_disk["final"] == results[1]["final"] and on_disk["seed"] == 1
   table = (group_dir / "seeds.md").read_text()

@@ -235,9 +235,9 @@ def host_overhead(run):
 
 def bench_dtypes(repeats):
   """float32 vs bfloat16: the R-MNIST race step (batch 256, past model) under each ``compute_dtype``, then a
-  large matmul (does this CPU's matmul have a fast bf16 path, e.g. AMX?). The steps run first: after the
-  bf16 matmuls (AMX) this CPU ran the next minute's float32 step ~30 % slower (measured), so no row
-  should follow them."""
+  large matmul (does this CPU's matmul have a fast bf16 path, e.g. AMX?). The matmuls run last, a
+  precaution against heavy AMX use lowering the clock for the next rows; no such effect was shown here:
+  the same float32 step measured 156-217 ms in four runs of one afternoon whatever ran before it."""
   from experiments import cpu_race  # pylint: disable=g-import-not-at-top
   rows = []
   for dt in ("float32", "bfloat16"):
@@ -279,7 +279,7 @@ def main(argv):
       raise app.UsageError("--only=cpu_race needs --torch_python=PY (a python with torch)")
     race_rows, race = cpu_race.race(FLAGS.torch_python, quick=FLAGS.quick)
     rows += race_rows
-  if "dtype" in only:  # last: its bf16 matmuls slow this CPU down for a while
+  if "dtype" in only:  # last: its bf16 matmuls come after every other row (see bench_dtypes)
     rows += bench_dtypes(FLAGS.repeats)
   device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({platform.processor() or platform.machine()})"
   print(f"device: {device}")

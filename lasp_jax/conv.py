@@ -58,27 +58,80 @@ def _conv_bwd(strides, padding, res, dy):
 _conv.defvjp(_conv_fwd, _conv_bwd)
 
 
-def matmul_grad_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
-                     dimension_numbers=None, feature_group_count=1, precision=None, **kw):
-  """Drop-in for ``lax.conv_general_dilated`` (the signature Flax's nn.Conv calls).
+def _fwd_conv(lhs, rhs, padding):
+  return lax.conv_general_dilated(lhs, rhs, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
-  Falls back to the plain convolution for anything but undilated, ungrouped
-  NHWC/HWIO convolutions with explicit padding.
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _conv_s1(x, k, padding):
+  return _fwd_conv(x, k, padding)
+
+
+def _conv_s1_fwd(x, k, padding):
+  return _conv_s1(x, k, padding), (x, k)
+
+
+def _conv_s1_bwd(padding, res, dy):
+  """Both gradients of a stride-1 convolution as stride-1 NHWC/HWIO forward convolutions.
+
+  XLA:CPU's own kernel runs those near its matmul rate, while the convolutions that
+  JAX's autodiff emits (transposed dimension numbers) and the im2col gradients
+  (a kh*kw-times larger patch matrix, then col2im) run 3-8x slower on the ResNet
+  shapes (BENCHMARKS.md, session 6).
   """
-  plain = (lhs_dilation in (None, (1, 1)) and rhs_dilation in (None, (1, 1)) and feature_group_count == 1
-           and not isinstance(padding, str) and not kw
-           and (dimension_numbers is None or tuple(getattr(dimension_numbers, "lhs_spec", ())) == (0, 3, 1, 2)
-                or dimension_numbers == ("NHWC", "HWIO", "NHWC")))
-  if not plain:
-    return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
-                                    dimension_numbers, feature_group_count, precision=precision, **kw)
-  return _conv(lhs, rhs, tuple(window_strides), tuple(tuple(p) for p in padding))
+  x, k = res
+  kh, kw = k.shape[:2]
+  (pt, pb), (pl, pr) = padding
+  # dx: full correlation of dy with the flipped kernel, its in/out channels swapped.
+  dx = _fwd_conv(dy, jnp.flip(k, (0, 1)).transpose(0, 1, 3, 2),
+                 ((kh - 1 - pt, kh - 1 - pb), (kw - 1 - pl, kw - 1 - pr)))
+  # dk[i, j, c, o] = sum_{n,h,w} xp[n, h+i, w+j, c] dy[n, h, w, o]: a convolution over the
+  # spatial dims with the batch as the contracted feature dim (x as C,H,W,N; dy as H,W,N,O).
+  dk = _fwd_conv(x.transpose(3, 1, 2, 0), dy.transpose(1, 2, 0, 3), padding).transpose(1, 2, 0, 3)
+  return dx.astype(x.dtype), dk.astype(k.dtype)
+
+
+_conv_s1.defvjp(_conv_s1_fwd, _conv_s1_bwd)
+
+
+def _plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw) -> bool:
+  """Undilated, ungrouped NHWC/HWIO with explicit padding: what the custom gradients handle."""
+  return (lhs_dilation in (None, (1, 1)) and rhs_dilation in (None, (1, 1)) and feature_group_count == 1
+          and not isinstance(padding, str) and not kw
+          and (dimension_numbers is None or tuple(getattr(dimension_numbers, "lhs_spec", ())) == (0, 3, 1, 2)
+               or dimension_numbers == ("NHWC", "HWIO", "NHWC")))
+
+
+def _custom_grad_conv(stride1_grads):
+  """A drop-in for ``lax.conv_general_dilated`` (the signature Flax's nn.Conv calls) with custom gradients.
+
+  ``stride1_grads``: stride-1 convolutions take forward-convolution gradients
+  (``_conv_s1``); otherwise, and for strided ones always, im2col gradients (``_conv``).
+  Anything but undilated, ungrouped NHWC/HWIO convolutions with explicit padding
+  falls back to the plain convolution and XLA's gradients.
+  """
+  def conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+           dimension_numbers=None, feature_group_count=1, precision=None, **kw):
+    if not _plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw):
+      return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                                      dimension_numbers, feature_group_count, precision=precision, **kw)
+    strides, padding = tuple(window_strides), tuple(tuple(p) for p in padding)
+    if stride1_grads and strides == (1, 1):
+      return _conv_s1(lhs, rhs, padding)
+    return _conv(lhs, rhs, strides, padding)
+  return conv
+
+
+matmul_grad_conv = _custom_grad_conv(stride1_grads=False)
+conv_grad_conv = _custom_grad_conv(stride1_grads=True)
 
 
 def conv_for_backend(choice: str = "auto"):
-  """The conv function for nn.Conv: ``matmul_grad_conv`` on CPU (auto) or when asked."""
+  """The conv function for nn.Conv for ``model.conv_backward`` (``auto``: matmul on CPU, XLA's elsewhere)."""
   if choice == "matmul" or (choice == "auto" and jax.default_backend() == "cpu"):
     return matmul_grad_conv
+  if choice == "conv":
+    return conv_grad_conv
   if choice in ("auto", "xla"):
     return None
-  raise ValueError(f"unknown model.conv_backward {choice!r}; expected auto, matmul or xla")
+  raise ValueError(f"unknown model.conv_backward {choice!r}; expected auto, matmul, conv or xla")

@@ -2,23 +2,29 @@
 
 Two choices, each ``auto`` by default and resolved here only:
 
-* ``model.cpu_convs``: JAX 0.10's XLA:CPU hands convolutions to YNNPACK
-  (``ynnpack``, its default). ``xla`` compiles the train step with
-  ``xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`` (a
-  per-program compiler option, not a process-wide flag): YNNPACK keeps the dots,
-  the convolutions go to XLA's own (Eigen) kernels; the compiled HLO shows a
-  ``convolution`` instead of a ``__ynn_fusion``.
-* ``model.conv_backward``: ``matmul`` (conv.py's im2col gradients) or ``xla``.
+* ``model.cpu_convs``: JAX 0.10's XLA:CPU hands convolutions, dots, elementwise
+  fusions and reductions to YNNPACK (``ynnpack``, its default). ``xla`` compiles the
+  train step with ``xla_cpu_experimental_ynn_fusion_type`` (a per-program compiler
+  option, not a process-wide flag) set to the YNNPACK fusion types the net keeps
+  (``CpuKernels.ynn_keeps``): the convolutions go to XLA's own (Eigen) kernels; the
+  compiled HLO shows a ``convolution`` instead of a ``__ynn_fusion``.
+* ``model.conv_backward``: ``matmul`` (conv.py's im2col gradients), ``conv``
+  (conv.py: stride-1 gradients as forward convolutions, im2col for strided ones) or
+  ``xla`` (JAX's own transposes).
 
 Measured on this project's 2-core x86 CPU, JAX 0.10.2 (BENCHMARKS.md, "CPU
 speed"): the R-MNIST net's 5x5 20->50 conv on 512 images takes 65-82 ms forward
 with YNNPACK and 12-15 ms with XLA's kernel, both gradients 231 -> 55-71 ms;
 its whole train step runs ~1.6x faster with XLA convolutions and XLA gradients
-than with the old default (YNNPACK convolutions, matmul gradients). ResNet-18's
-step is ~15 % slower with XLA convolutions, and XLA's gradients of its strided
-convolutions take minutes, so it keeps YNNPACK and matmul gradients. On GPU/TPU
-neither option applies. Both paths agree to float32 rounding
-(tests/test_cpu_kernels.py).
+than with YNNPACK convolutions and matmul gradients. ResNet-18 (session 6): its
+BatchNorm statistics run several times faster as YNNPACK reductions than as XLA
+loops, so it keeps YNNPACK's ``REDUCE`` fusions beside the dots; with XLA
+convolutions and ``conv`` gradients its whole step (batch 32 with the past model)
+went from 2.45 to 1.72 s (min of 5 interleaved calls). XLA's own gradients of its
+padded/strided convolutions take minutes, so it never uses ``xla`` gradients. The
+R-MNIST net (and its BN variant, configs/mnist5k.py) gained nothing from keeping
+``REDUCE`` (within the noise), so it keeps dots only. On GPU/TPU no option applies.
+All paths agree to float32 rounding (tests/test_cpu_kernels.py, tests/test_conv.py).
 """
 
 from __future__ import annotations
@@ -29,19 +35,20 @@ from typing import Optional
 import jax
 
 CONVS = ("auto", "ynnpack", "xla")
-CONV_BACKWARD = ("auto", "matmul", "xla")
-XLA_CONV_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+CONV_BACKWARD = ("auto", "matmul", "conv", "xla")
+YNN_FUSION_TYPE = "xla_cpu_experimental_ynn_fusion_type"
 
 
 @dataclasses.dataclass(frozen=True)
 class CpuKernels:
   convs: str           # ynnpack | xla: forward convolution kernels
-  conv_backward: str   # matmul | xla
+  conv_backward: str   # matmul | conv | xla
+  ynn_keeps: tuple = ("INDIVIDUAL_DOT",)  # the YNNPACK fusion types kept when convs == "xla"
 
 
 # What ``auto`` means on CPU, per model.name (measured, see the module docstring).
 CPU_AUTO = {"mnistnet": CpuKernels(convs="xla", conv_backward="xla"),
-            "resnet18": CpuKernels(convs="ynnpack", conv_backward="matmul")}
+            "resnet18": CpuKernels(convs="xla", conv_backward="conv", ynn_keeps=("INDIVIDUAL_DOT", "REDUCE"))}
 ACCELERATOR = CpuKernels(convs="ynnpack", conv_backward="xla")  # no CPU option is set; XLA's own gradients
 
 
@@ -51,7 +58,8 @@ def resolve(model_name: str, convs: str = "auto", conv_backward: str = "auto",
   backend = backend or jax.default_backend()
   auto = CPU_AUTO.get(model_name, CPU_AUTO["resnet18"]) if backend == "cpu" else ACCELERATOR
   return CpuKernels(convs=auto.convs if convs == "auto" or backend != "cpu" else convs,
-                    conv_backward=auto.conv_backward if conv_backward == "auto" else conv_backward)
+                    conv_backward=auto.conv_backward if conv_backward == "auto" else conv_backward,
+                    ynn_keeps=auto.ynn_keeps)
 
 
 def of_model(model_config) -> CpuKernels:
@@ -60,5 +68,7 @@ def of_model(model_config) -> CpuKernels:
 
 
 def compiler_options(kernels: CpuKernels) -> Optional[dict]:
-  """``jax.jit(..., compiler_options=...)`` for the train step."""
-  return dict(XLA_CONV_OPTIONS) if kernels.convs == "xla" else None
+  """``jax.jit(..., compiler_options=...)`` for the train step (a comma-separated list of fusion types)."""
+  if kernels.convs != "xla":
+    return None
+  return {YNN_FUSION_TYPE: ",".join(f"LIBRARY_FUSION_TYPE_{t}" for t in kernels.ynn_keeps)}

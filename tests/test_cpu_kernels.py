@@ -4,34 +4,54 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax import lax
 
 from lasp_jax import cpu_kernels
 from lasp_jax.conv import conv_for_backend
-from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, max_pool_2x2
+from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2
+
+RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")
 
 
 def test_auto_is_resolved_per_net_and_backend():
-  r = cpu_kernels.resolve
-  assert r("mnistnet", backend="cpu") == cpu_kernels.CpuKernels(convs="xla", conv_backward="xla")
-  assert r("resnet18", backend="cpu") == cpu_kernels.CpuKernels(convs="ynnpack", conv_backward="matmul")
-  assert r("mnistnet", "ynnpack", "matmul", backend="cpu") == cpu_kernels.CpuKernels("ynnpack", "matmul")
-  assert r("mnistnet", "xla", backend="gpu") == cpu_kernels.CpuKernels(convs="ynnpack", conv_backward="xla")
-  assert cpu_kernels.compiler_options(r("resnet18", backend="cpu")) is None
-  assert cpu_kernels.compiler_options(r("mnistnet", backend="cpu")) == cpu_kernels.XLA_CONV_OPTIONS
+  r, K = cpu_kernels.resolve, cpu_kernels.CpuKernels
+  assert r("mnistnet", backend="cpu") == K(convs="xla", conv_backward="xla")
+  assert r("resnet18", backend="cpu") == K(convs="xla", conv_backward="conv", ynn_keeps=RESNET_KEEPS)
+  assert r("resnet18", "ynnpack", "matmul", backend="cpu") == K("ynnpack", "matmul", RESNET_KEEPS)
+  assert r("mnistnet", "ynnpack", "matmul", backend="cpu") == K("ynnpack", "matmul")
+  assert r("mnistnet", "xla", backend="gpu") == K(convs="ynnpack", conv_backward="xla")
+  assert cpu_kernels.compiler_options(r("resnet18", "ynnpack", backend="cpu")) is None
+  assert cpu_kernels.compiler_options(r("mnistnet", backend="cpu")) == {
+      "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
+  assert cpu_kernels.compiler_options(r("resnet18", backend="cpu")) == {
+      "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE"}
 
 
 def _conv(x, w):
   return lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
 
 
-def test_the_option_moves_convolutions_out_of_ynnpack():
+def _hlo(fn, options, *args):
+  return jax.jit(fn, compiler_options=options).lower(*args).compile().as_text()
+
+
+@pytest.mark.parametrize("net", ["mnistnet", "resnet18"])
+def test_the_option_moves_convolutions_out_of_ynnpack(net):
   """What the docstring claims, read from the compiled program: a convolution, not a YNN fusion."""
   x, w = jnp.ones((4, 12, 12, 20)), jnp.ones((5, 5, 20, 50))
-  hlo = lambda options: jax.jit(_conv, compiler_options=options).lower(x, w).compile().as_text()
-  default, xla = hlo(None), hlo(cpu_kernels.XLA_CONV_OPTIONS)
-  assert "__ynn_fusion" in default
+  options = cpu_kernels.compiler_options(cpu_kernels.resolve(net, backend="cpu"))
+  assert "__ynn_fusion" in _hlo(_conv, None, x, w)
+  xla = _hlo(_conv, options, x, w)
   assert " convolution(" in xla and "__ynn_fusion" not in xla
+
+
+@pytest.mark.parametrize("net,ynn_reductions", [("mnistnet", False), ("resnet18", True)])
+def test_resnet_keeps_ynnpack_reductions(net, ynn_reductions):
+  """BatchNorm's statistics (a sum over N, H, W) stay a YNNPACK fusion only where REDUCE is kept."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (16, 16, 16, 32))
+  options = cpu_kernels.compiler_options(cpu_kernels.resolve(net, backend="cpu"))
+  assert ("__ynn_fusion" in _hlo(lambda x: jnp.sum(x, (0, 1, 2)), options, x)) == ynn_reductions
 
 
 def test_both_kernel_choices_give_the_same_gradients():
@@ -43,6 +63,21 @@ def test_both_kernel_choices_give_the_same_gradients():
     params = model.init(jax.random.PRNGKey(1), x)["params"]
     loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p}, x)[1]))
     grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(params))
+  for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
+
+
+def test_resnet_kernel_choices_give_the_same_gradients():
+  """A small ResNet with BatchNorm: its auto choice (xla convs, conv grads, YNNPACK reductions) vs the defaults."""
+  x = jax.random.normal(jax.random.PRNGKey(0), (6, 16, 16, 3))
+  grads = []
+  auto = cpu_kernels.resolve("resnet18", backend="cpu")
+  for kernels in (auto, cpu_kernels.CpuKernels("ynnpack", "xla")):
+    model = ResNet(num_blocks=(1, 1), widths=(8, 16), conv_fn=conv_for_backend(kernels.conv_backward))
+    v = model.init(jax.random.PRNGKey(1), x)
+    loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p, "batch_stats": v["batch_stats"]}, x,
+                                                       mutable=["batch_stats"])[0]))
+    grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(v["params"]))
   for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
 

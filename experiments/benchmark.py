@@ -13,6 +13,7 @@ Nothing here asserts a time.
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import time
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
-from lasp_jax import losses, mask_search, salience
+from lasp_jax import cpu_kernels, losses, mask_search, salience
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
 
@@ -36,7 +37,7 @@ flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,ta
                     "(cpu_race and dtype run only when named).")
 flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision (e.g. the reference runner's venv).")
 flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
-flags.DEFINE_enum("conv", "auto", ["auto", "xla", "matmul"], "Convolution gradients (see lasp_jax/conv.py).")
+flags.DEFINE_enum("conv", "auto", list(cpu_kernels.CONV_BACKWARD), "Convolution gradients (see lasp_jax/conv.py).")
 
 
 def timed(fn, *args, repeats=3):
@@ -52,8 +53,13 @@ def timed(fn, *args, repeats=3):
   return first, float(np.median(times))
 
 
+def resnet_kernels() -> cpu_kernels.CpuKernels:
+  """ResNet-18's kernels as a run resolves them (``--conv`` overrides the gradients)."""
+  return cpu_kernels.resolve("resnet18", conv_backward=FLAGS.conv)
+
+
 def resnet(dtype=jnp.float32):
-  conv_fn = conv_for_backend(FLAGS.conv)
+  conv_fn = conv_for_backend(resnet_kernels().conv_backward)
   return ContrastiveModel(ResNet(dtype=dtype, conv_fn=conv_fn), ProjectionHead(512, 128, True, dtype=dtype))
 
 
@@ -67,7 +73,7 @@ def bench_step(batch, dtype, repeats):
   tx = optax.sgd(0.1, momentum=0.9)
   opt = tx.init(v["params"])
 
-  @jax.jit
+  @functools.partial(jax.jit, compiler_options=cpu_kernels.compiler_options(resnet_kernels()))
   def step(params, stats, opt, x):
     def loss_fn(p):
       (_, z), upd = model.apply({"params": p, "batch_stats": stats}, x, train=True, mutable=["batch_stats"])
@@ -79,7 +85,8 @@ def bench_step(batch, dtype, repeats):
     return optax.apply_updates(params, u), upd["batch_stats"], opt, loss
 
   first, med = timed(step, v["params"], v["batch_stats"], opt, x, repeats=repeats)
-  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name} conv={FLAGS.conv}", shape=f"batch {batch} (x2 views) 32x32",
+  k = resnet_kernels()
+  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name} convs={k.convs} grads={k.conv_backward}", shape=f"batch {batch} (x2 views) 32x32",
               compile_s=round(first - med, 3), median_s=round(med, 4), throughput=f"{batch / med:.1f} samples/s")
 
 

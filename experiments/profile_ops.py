@@ -62,15 +62,20 @@ def chunk_call(net: str, batch: int, spc: int):
 
 
 def op_times(trace_dir: str) -> tuple[collections.Counter, collections.Counter]:
-  """Summed nanoseconds and counts per op kind, from the executor threads of the trace."""
+  """Summed nanoseconds and counts per op kind, from the threads that run compiled programs.
+
+  Those are XLA's intra-op pool (``tf_XLAEigen``) and the client thread that runs small
+  programs inline (``tf_XLAPjRtCpuClient``); executor and thread-pool bookkeeping
+  events and the zero-length ``end: ...`` markers are left out.
+  """
   path = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[0]
   ns, count = collections.Counter(), collections.Counter()
   for plane in jax.profiler.ProfileData.from_file(path).planes:
     for line in plane.lines:
-      if "XLAEigen" not in line.name:
+      if not line.name.startswith(("tf_XLAEigen", "tf_XLAPjRtCpuClient")):
         continue
       for ev in line.events:
-        if not ev.name.startswith("ThunkExecutor"):
+        if not ev.name.startswith(("ThunkExecutor", "ThreadpoolListener", "end: ")):
           kind = re.sub(r"\.\d+$", "", ev.name)
           ns[kind] += ev.duration_ns
           count[kind] += 1

@@ -15,8 +15,14 @@ Two choices, each ``auto`` by default and resolved here only:
 Measured on this project's 2-core x86 CPU, JAX 0.10.2 (BENCHMARKS.md, "CPU
 speed"): the R-MNIST net's 5x5 20->50 conv on 512 images takes 65-82 ms forward
 with YNNPACK and 12-15 ms with XLA's kernel, both gradients 231 -> 55-71 ms;
-its whole train step runs ~1.6x faster with XLA convolutions and XLA gradients
-than with YNNPACK convolutions and matmul gradients. ResNet-18 (session 6): its
+its whole train step runs ~1.6x faster with XLA convolutions than with YNNPACK
+convolutions and matmul gradients. Its gradients are ``conv`` (session 6): JAX's
+own (``xla``) are as fast inside a chunk of 8 unrolled steps, but in a one-step
+chunk (the end of every epoch whose steps don't divide by ``steps_per_call``)
+XLA's layout assignment leaves the weight gradients as non-canonical convolutions
+(``dim_labels=f01b_i01o->01bf``) that run on a slow generic loop: 3.8 s instead of
+0.18 s per step on full R-MNIST, 11 s of each 50 s epoch; ``conv`` emits canonical
+NHWC/HWIO convolutions in every program (tests/test_cpu_kernels.py). ResNet-18 (session 6): its
 BatchNorm statistics run several times faster as YNNPACK reductions than as XLA
 loops, so it keeps YNNPACK's ``REDUCE`` fusions beside the dots; with XLA
 convolutions and ``conv`` gradients its whole step (batch 32 with the past model)
@@ -47,7 +53,7 @@ class CpuKernels:
 
 
 # What ``auto`` means on CPU, per model.name (measured, see the module docstring).
-CPU_AUTO = {"mnistnet": CpuKernels(convs="xla", conv_backward="xla"),
+CPU_AUTO = {"mnistnet": CpuKernels(convs="xla", conv_backward="conv"),
             "resnet18": CpuKernels(convs="xla", conv_backward="conv", ynn_keeps=("INDIVIDUAL_DOT", "REDUCE"))}
 ACCELERATOR = CpuKernels(convs="ynnpack", conv_backward="xla")  # no CPU option is set; XLA's own gradients
 

@@ -1,5 +1,7 @@
 """XLA:CPU kernel choices (cpu_kernels.py) and the pooling written for XLA:CPU."""
 
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")
 
 def test_auto_is_resolved_per_net_and_backend():
   r, K = cpu_kernels.resolve, cpu_kernels.CpuKernels
-  assert r("mnistnet", backend="cpu") == K(convs="xla", conv_backward="xla")
+  assert r("mnistnet", backend="cpu") == K(convs="xla", conv_backward="conv")
   assert r("resnet18", backend="cpu") == K(convs="xla", conv_backward="conv", ynn_keeps=RESNET_KEEPS)
   assert r("resnet18", "ynnpack", "matmul", backend="cpu") == K("ynnpack", "matmul", RESNET_KEEPS)
   assert r("mnistnet", "ynnpack", "matmul", backend="cpu") == K("ynnpack", "matmul")
@@ -55,10 +57,10 @@ def test_resnet_keeps_ynnpack_reductions(net, ynn_reductions):
 
 
 def test_both_kernel_choices_give_the_same_gradients():
-  """The R-MNIST net's loss gradient under (xla convs, xla grads) vs (ynnpack, matmul grads)."""
+  """The R-MNIST net's loss gradient under its auto choice (xla convs, conv grads) vs (ynnpack, matmul grads)."""
   x = jax.random.normal(jax.random.PRNGKey(0), (8, 28, 28, 1))
   grads = []
-  for kernels in (cpu_kernels.CpuKernels("xla", "xla"), cpu_kernels.CpuKernels("ynnpack", "matmul")):
+  for kernels in (cpu_kernels.resolve("mnistnet", backend="cpu"), cpu_kernels.CpuKernels("ynnpack", "matmul")):
     model = ContrastiveModel(MnistNet(conv_fn=conv_for_backend(kernels.conv_backward)), ProjectionHead(500, 16))
     params = model.init(jax.random.PRNGKey(1), x)["params"]
     loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p}, x)[1]))
@@ -88,3 +90,23 @@ def test_max_pool_2x2_matches_flax_values_and_gradient():
   np.testing.assert_array_equal(max_pool_2x2(x), ref(x))
   g = lambda pool: jax.grad(lambda x: jnp.sum(jnp.sin(pool(x))))(x)
   np.testing.assert_array_equal(g(max_pool_2x2), g(ref))
+
+
+def test_one_step_chunk_has_only_canonical_convolutions():
+  """The R-MNIST net's one-step train chunk: every convolution NHWC/HWIO, none on XLA's slow generic loop.
+
+  With JAX's own gradients (conv_backward=xla) this program's weight gradients compile to
+  dim_labels=f01b_i01o->01bf and run ~20x slower (cpu_kernels.py); the auto choice must not.
+  """
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from experiments import cpu_race  # pylint: disable=g-import-not-at-top
+  from lasp_jax import steps, train  # pylint: disable=g-import-not-at-top
+  c = cpu_race.race_config("mnistnet", 16, 1)
+  run = train.ContinualRun(c, tempfile.mkdtemp())
+  pool = train.training_pool(run.stream, run.memory, 0)
+  chunk = steps.Batch(*[jnp.asarray(f[0]) for f in steps.epoch_batches(pool, 16, 1, np.random.default_rng(0))])
+  hlo = run.chunk_fn.lower(run.state, None, jnp.ones(c.model.embedding_dim, bool), run.data, chunk,
+                           jnp.full((1,), 0.01)).compile().as_text()
+  labels = re.findall(r"dim_labels=([^,\s]+)", hlo)
+  assert len(labels) == 5, labels  # conv1 and conv2 forward, conv2's input gradient, both weight gradients
+  assert set(labels) == {"b01f_01io->b01f"}, labels

@@ -105,9 +105,10 @@ def bench_eb(n, repeats):
   x = jax.random.normal(jax.random.PRNGKey(0), (n, 32, 32, 3))
   v = model.init(jax.random.PRNGKey(1), x[:2], train=False)
   p = jnp.ones((n, 128)) * 0.5
-  eb = jax.jit(lambda v, x: salience.excitation_backprop(model, v, x, p)[0])
+  options = cpu_kernels.compiler_options(resnet_kernels())  # as a run compiles EB (lookahead.py)
+  eb = jax.jit(lambda v, x: salience.excitation_backprop(model, v, x, p)[0], compiler_options=options)
   fb = jax.jit(lambda v, x: jax.grad(lambda prm: jnp.sum(model.apply({**v, "params": prm}, x, train=False)[1] * p))(
-      v["params"]))
+      v["params"]), compiler_options=options)
   _, t_eb = timed(eb, v, x, repeats=repeats)
   _, t_fb = timed(fb, v, x, repeats=repeats)
   return [dict(component="EB salience ResNet-18", shape=f"{n} images 32x32", median_s=round(t_eb, 4),

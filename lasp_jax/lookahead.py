@@ -65,14 +65,24 @@ def _embed(variables, data: DeviceData, rows: Batch, key, *, model, aug_cfg, los
   return views, z, jnp.concatenate([labels, labels]), jnp.concatenate([rows.valid, rows.valid])
 
 
-@functools.partial(jax.jit, static_argnames=("model", "replicas"))
-def _salience(variables, views, p_top, *, model, replicas):
+def _salience_impl(variables, views, p_top, *, model, replicas):
   return salience.excitation_backprop(model, variables, views, p_top, replicas=replicas)
 
 
+@functools.lru_cache(maxsize=None)
+def _salience(compiler_options: tuple = ()):
+  """EB compiled with the train step's XLA:CPU options (cpu_kernels.py): its backward runs the
+  net's custom convolution gradients, which are fast only on the kernels the train step uses."""
+  return jax.jit(_salience_impl, static_argnames=("model", "replicas"),
+                 compiler_options=dict(compiler_options) or None)
+
+
 def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, loss_cfg: LossConfig,
-             lasp_cfg, num_classes: int, need_gamma: bool) -> BoundaryResult:
-  """Mask search (and EB salience if ``need_gamma``) on the look-ahead rows."""
+             lasp_cfg, num_classes: int, need_gamma: bool, compiler_options=None) -> BoundaryResult:
+  """Mask search (and EB salience if ``need_gamma``) on the look-ahead rows.
+
+  ``compiler_options``: the train step's XLA options (``cpu_kernels.compiler_options``), for EB.
+  """
   k_aug, k_search = jax.random.split(key)
   t0 = time.perf_counter()
   views, z, labels, valid = _embed(variables, data, rows, k_aug, model=model, aug_cfg=aug_cfg, loss_cfg=loss_cfg)
@@ -84,7 +94,8 @@ def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, l
   gamma, frac_frozen, t2 = None, None, t1
   if need_gamma:
     p_top = jnp.where(valid[:, None], res.top_salience[None, :], 0.0)
-    gamma, _ = _salience(variables, views, p_top, model=model, replicas=lasp_cfg.eb_replicas)
+    eb = _salience(tuple(sorted((compiler_options or {}).items())))
+    gamma, _ = eb(variables, views, p_top, model=model, replicas=lasp_cfg.eb_replicas)
     frac_frozen = weight_fraction_frozen(gamma)
     t2 = time.perf_counter()
   info = {"selected_dims": int(mask.sum()), "selected": np.flatnonzero(mask).tolist(),

@@ -243,7 +243,8 @@ class ContinualRun:
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
     res = lookahead.boundary(key, self.model, self.state.variables(), self.data, jax.tree.map(jnp.asarray, rows),
                              aug_cfg=self.aug_cfg, loss_cfg=self.loss_cfg, lasp_cfg=c.lasp,
-                             num_classes=s.num_contrastive_classes, need_gamma=config_lib.uses_gm(c))
+                             num_classes=s.num_contrastive_classes, need_gamma=config_lib.uses_gm(c),
+                             compiler_options=self.compiler_options)
     if config_lib.uses_sd(c):
       self.host["mask"] = res.mask.tolist()
     if res.gamma is not None:

@@ -1,4 +1,9 @@
-"""A convolution whose backward pass is two matrix products (im2col), for XLA:CPU.
+"""Convolutions with custom gradients for XLA:CPU: im2col matmuls, or forward convolutions.
+
+``conv_grad_conv`` (``model.conv_backward=conv``, the CPU choice of both nets) computes a
+stride-1 convolution's gradients as canonical NHWC/HWIO forward convolutions (see
+``_conv_s1_bwd``) and strided ones with im2col; ``matmul_grad_conv`` uses im2col for all.
+The rest of this docstring describes the im2col path.
 
 XLA:CPU runs forward convolutions at a reasonable rate, but its convolution
 gradients are several times slower than a matmul of the same size (measured

@@ -45,8 +45,8 @@ def race_config(net: str, batch: int, steps_per_call: int) -> ml_collections.Con
   return c
 
 
-def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int, **overrides) -> float:
-  """Median seconds of one compiled train step with the past model (IRD), augmentation included.
+def race_chunk(net: str, batch: int, steps_per_call: int, **overrides):
+  """The race's run and one chunk of its task-0 batches: (run, chunk, mask, lrs, past model).
 
   ``overrides``: top-level config keys to change (e.g. ``compute_dtype="bfloat16"``).
   """
@@ -59,11 +59,22 @@ def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int, **
   mask = jnp.ones(c.model.embedding_dim, bool)
   lrs = jnp.full((steps_per_call,), c.train.lr)
   past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))
+  return run, chunk, mask, lrs, past
+
+
+def chunk_call(net: str, batch: int, steps_per_call: int, **overrides):
+  """A no-argument function that runs one compiled chunk with the past model (IRD) and waits for it."""
+  run, chunk, mask, lrs, past = race_chunk(net, batch, steps_per_call, **overrides)
 
   def call():
     run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)  # the state is donated
     jax.block_until_ready(m)
+  return call
 
+
+def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int, **overrides) -> float:
+  """Median seconds of one compiled train step with the past model (IRD), augmentation included."""
+  call = chunk_call(net, batch, steps_per_call, **overrides)
   call()
   times = []
   for _ in range(repeats):

@@ -31,34 +31,15 @@ import time
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from experiments import cpu_race  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lasp_jax import steps, train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _NET = flags.DEFINE_enum("net", "resnet18", list(cpu_race.NETS), "Which race net.")
 _BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).")
 _SPC = flags.DEFINE_integer("steps_per_call", 1, "Steps per compiled chunk.")
 _CALLS = flags.DEFINE_integer("calls", 2, "Traced calls after the warm-up call.")
 _TOP = flags.DEFINE_integer("top", 25, "Op kinds printed.")
-
-
-def chunk_call(net: str, batch: int, spc: int):
-  """A no-argument function that runs one compiled chunk with the past model and waits for it."""
-  c = cpu_race.race_config(net, batch, spc)
-  run = train.ContinualRun(c, tempfile.mkdtemp())
-  pool = train.training_pool(run.stream, run.memory, 0)
-  chunk = steps.Batch(*[jax.device_put(f[0], run.batch_sharding)
-                        for f in steps.epoch_batches(pool, batch, spc, np.random.default_rng(0))])
-  mask, lrs = jnp.ones(c.model.embedding_dim, bool), jnp.full((spc,), c.train.lr)
-  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))
-
-  def call():
-    run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)  # the state is donated
-    jax.block_until_ready(m)
-  return call
 
 
 def op_times(trace_dir: str) -> tuple[collections.Counter, collections.Counter]:
@@ -84,7 +65,7 @@ def op_times(trace_dir: str) -> tuple[collections.Counter, collections.Counter]:
 
 def main(argv):
   del argv
-  call = chunk_call(_NET.value, _BATCH.value, _SPC.value)
+  call = cpu_race.chunk_call(_NET.value, _BATCH.value, _SPC.value)
   call()
   trace_dir = tempfile.mkdtemp()
   with jax.profiler.trace(trace_dir):
@@ -96,7 +77,7 @@ def main(argv):
   steps_n = _CALLS.value * _SPC.value
   total = sum(ns.values()) / 1e6 / steps_n
   print(f"{_NET.value}, batch {_BATCH.value}: wall {1e3 * wall:.1f} ms per step; summed op time {total:.1f} ms "
-        f"per step (two threads; Eigen convolutions not included)")
+        f"per step (two threads overlap; Eigen convolutions may show only their dispatch)")
   for kind, v in ns.most_common(_TOP.value):
     ms = v / 1e6 / steps_n
     print(f"{ms:9.1f} ms  {100 * ms / total:5.1f} %  {count[kind] // steps_n:5d}x  {kind}")

@@ -98,15 +98,9 @@ def test_one_step_chunk_has_only_canonical_convolutions():
   With JAX's own gradients (conv_backward=xla) this program's weight gradients compile to
   dim_labels=f01b_i01o->01bf and run ~20x slower (cpu_kernels.py); the auto choice must not.
   """
-  import tempfile  # pylint: disable=g-import-not-at-top
   from experiments import cpu_race  # pylint: disable=g-import-not-at-top
-  from lasp_jax import steps, train  # pylint: disable=g-import-not-at-top
-  c = cpu_race.race_config("mnistnet", 16, 1)
-  run = train.ContinualRun(c, tempfile.mkdtemp())
-  pool = train.training_pool(run.stream, run.memory, 0)
-  chunk = steps.Batch(*[jnp.asarray(f[0]) for f in steps.epoch_batches(pool, 16, 1, np.random.default_rng(0))])
-  hlo = run.chunk_fn.lower(run.state, None, jnp.ones(c.model.embedding_dim, bool), run.data, chunk,
-                           jnp.full((1,), 0.01)).compile().as_text()
+  run, chunk, mask, lrs, _ = cpu_race.race_chunk("mnistnet", 16, 1)
+  hlo = run.chunk_fn.lower(run.state, None, mask, run.data, chunk, lrs).compile().as_text()
   labels = re.findall(r"dim_labels=([^,\s]+)", hlo)
   assert len(labels) == 5, labels  # conv1 and conv2 forward, conv2's input gradient, both weight gradients
   assert set(labels) == {"b01f_01io->b01f"}, labels

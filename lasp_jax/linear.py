@@ -17,6 +17,9 @@ import scipy.optimize
 import threadpoolctl
 
 
+_MANY_THREADS_FROM = 1 << 22  # inputs (N * F values) from which the fit uses all BLAS threads
+
+
 class LinearModel(NamedTuple):
   mean: np.ndarray    # (F,) standardization, from the (weighted) training rows
   scale: np.ndarray   # (F,)
@@ -61,10 +64,13 @@ def fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-3
     return loss, np.concatenate([(xs.T @ d + l2 * wt).ravel(), d.sum(0)])
 
   theta0 = np.zeros(f * num_classes + num_classes)
-  # One BLAS thread: these matmuls are small (N x F @ F x C), and OpenBLAS's thread
-  # hand-off costs more than it saves: 7.7 -> 1.9 ms per loss+gradient at
-  # N = 2,000, F = 125 on the 2-core CPU, i.e. the whole fit ~4x faster.
-  with threadpoolctl.threadpool_limits(1, user_api="blas"):
+  # One BLAS thread for small inputs: OpenBLAS's thread hand-off costs more than it
+  # saves there (7.7 -> 1.9 ms per loss+gradient at N = 2,000, F = 125 on the 2-core
+  # CPU). Large ones gain a little from every core: raw pixels of full MNIST
+  # (60,000 x 784, 261-267 iterations) 60.1 -> 56.7 s (session 7); they are bound by
+  # reading x (377 MB in float64) twice per loss+gradient.
+  threads = 1 if xs.size < _MANY_THREADS_FROM else None
+  with threadpoolctl.threadpool_limits(threads, user_api="blas"):
     res = scipy.optimize.minimize(loss_grad, theta0, jac=True, method="L-BFGS-B",
                                   options=dict(maxiter=max_iter, gtol=1e-6))
   wt, b = res.x[:f * num_classes].reshape(f, num_classes), res.x[f * num_classes:]

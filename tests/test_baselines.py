@@ -125,6 +125,9 @@ def test_raw_pixel_baseline_in_results(co2l_run):
   px = results["baselines"]["raw_pixels"]
   assert set(px) == {"class_il", "task_il"}
   assert 50 < px["class_il"] < 100 and px["task_il"] > 90  # a real classifier of 10 digits, not chance
+  # Its time is its own phase: probe_s is the work the published code also does (experiments/reference.py).
+  assert set(results["timing"]) == {"train_s", "boundary_s", "probe_s", "baselines_s"}
+  assert results["timing"]["baselines_s"] > 0
   assert results["provenance"]["jax"] == jax.__version__ and "git_commit" in results["provenance"]
 
 

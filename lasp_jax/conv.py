@@ -131,12 +131,13 @@ matmul_grad_conv = _custom_grad_conv(stride1_grads=False)
 conv_grad_conv = _custom_grad_conv(stride1_grads=True)
 
 
-def conv_for_backend(choice: str = "auto"):
-  """The conv function for nn.Conv for ``model.conv_backward`` (``auto``: matmul on CPU, XLA's elsewhere)."""
-  if choice == "matmul" or (choice == "auto" and jax.default_backend() == "cpu"):
-    return matmul_grad_conv
-  if choice == "conv":
-    return conv_grad_conv
-  if choice in ("auto", "xla"):
-    return None
-  raise ValueError(f"unknown model.conv_backward {choice!r}; expected auto, matmul, conv or xla")
+def conv_for_backend(choice: str):
+  """The conv function for nn.Conv for a resolved ``model.conv_backward`` (None: XLA's own).
+
+  ``auto`` is resolved per net and backend by ``cpu_kernels.resolve``, the one place that knows it.
+  """
+  funcs = {"matmul": matmul_grad_conv, "conv": conv_grad_conv, "xla": None}
+  if choice not in funcs:
+    raise ValueError(f"unknown model.conv_backward {choice!r} here; expected matmul, conv or xla "
+                     "(cpu_kernels.resolve turns auto into one of them)")
+  return funcs[choice]

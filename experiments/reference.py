@@ -86,7 +86,8 @@ def published_side(line: dict) -> dict:
 def lasp_side(res: dict) -> dict:
   timing = res.get("timing", {})
   dims = [b.get("selected_dims") for b in res["boundaries"]]
-  return {"acc": res["final"]["domain_il"], "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get("domain_il"),
+  pixels = res.get("baselines", {}).get("raw_pixels", {})
+  return {"acc": res["final"]["domain_il"], "raw_pixels": pixels.get("domain_il"),
           "train_s": timing.get("train_s"), "probe_s": timing.get("probe_s"), "baselines_s": timing.get("baselines_s"),
           "search_s": round(sum(b.get("search_s") or 0 for b in res["boundaries"]), 2) if res["boundaries"] else None,
           "boundary_s": timing.get("boundary_s"), "selected_dims": dims or None,

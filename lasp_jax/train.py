@@ -415,7 +415,6 @@ class ContinualRun:
 
   def evaluate(self, t: int) -> probe.ProbeData:
     """The probe after task t; returns its data (rows, test features) for the raw-pixel baseline."""
-    s = self.stream
     key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), 104729 + t)
     pd = self.probe_data(t)
     kw = self.readout_kwargs()

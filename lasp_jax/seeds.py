@@ -27,7 +27,7 @@ import numpy as np
 from lasp_jax import config_lib
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
-from lasp_jax.train import ContinualRun, checkpoint_due
+from lasp_jax.train import ContinualRun, checkpoint_due, pad_lrs
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 
@@ -100,7 +100,7 @@ class SeedGroup:
       calls = len(lr_e)
       for k in range(prog0["call"], calls):
         batch = jax.device_put(_stack_np([c[k] for c in chunks]), self.batch_sharding)
-        state, m = self.chunk_fn(state, past, masks, data, batch, jnp.asarray(lr_e[k]))
+        state, m = self.chunk_fn(state, past, masks, data, batch, pad_lrs(lr_e[k], len(chunks[0][k].index)))
         for i, (_, outs) in enumerate(starts):
           outs.append(m[i])
         if every and k + 1 < calls and checkpoint_due(lr_e, k, every):

@@ -1,10 +1,10 @@
-"""The compiled contrastive train step, scanned over a fixed number of steps.
+"""The compiled contrastive train step, looped over a chunk of steps.
 
 One step = gather the batch from the device-resident uint8 training set, augment
 two views, forward the current (and frozen past) model, SupCon + lambda * (S)IRD,
 gradients, optimizer update (GM inside the optimizer). Shapes never change: the
 short last batch of an epoch is padded with a validity mask that the losses and
-BatchNorm respect, and a fully padded step leaves the state untouched. The same
+BatchNorm respect, and a chunk's fully padded tail steps are skipped. The same
 function runs on one device or with its batch sharded over a ("data",) mesh.
 """
 
@@ -73,13 +73,12 @@ def _losses(params, state, past, dim_mask, views, labels, batch, model, cfg: Los
   z, new_stats = _forward(model, {"params": params, "batch_stats": state.batch_stats}, views, True, row_valid)
   supcon = losses.supcon_loss(features=z, labels=labels, is_current=batch.is_current, valid=batch.valid,
                               temperature=cfg.temperature, base_temperature=cfg.base_temperature)
-  if past is None:
-    ird = jnp.zeros((), jnp.float32)
-  else:
-    z_past, _ = _forward(model, past._asdict(), views, cfg.past_bn == "batch", row_valid)
-    kw = dict(z_cur=z, z_past=jax.lax.stop_gradient(z_past), temp_cur=cfg.temp_cur, temp_past=cfg.temp_past,
-              valid=batch.valid)
-    ird = losses.selective_ird_loss(dim_mask=dim_mask, **kw) if cfg.selective else losses.ird_loss(**kw)
+  if past is None:  # no IRD term at all: the program is then the same for every method (one compile, cached)
+    return supcon, (supcon, jnp.zeros((), jnp.float32), new_stats)
+  z_past, _ = _forward(model, past._asdict(), views, cfg.past_bn == "batch", row_valid)
+  kw = dict(z_cur=z, z_past=jax.lax.stop_gradient(z_past), temp_cur=cfg.temp_cur, temp_past=cfg.temp_past,
+            valid=batch.valid)
+  ird = losses.selective_ird_loss(dim_mask=dim_mask, **kw) if cfg.selective else losses.ird_loss(**kw)
   total = supcon + cfg.ird_weight * ird
   return total, (supcon, ird, new_stats)
 
@@ -104,19 +103,23 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
 
 
 def chunk_body(model, tx, aug_cfg, cfg: LossConfig):
-  """S steps, uncompiled: (state, past, mask, data, batches, lrs) -> (state, (S, 4))."""
+  """S steps, uncompiled: (state, past, mask, data, batches, lrs) -> (state, (S, 4)).
+
+  The steps run in a loop whose trip count is the number of steps holding data:
+  empty steps (valid all False) may only pad the chunk's tail, so an epoch's last,
+  short chunk runs in the same program, skips its padding and returns zero metrics
+  for it. A rolled loop, not an unrolled scan: on XLA:CPU it compiles 2-2.5x faster
+  and runs as fast (R-MNIST net, batch 64 and 256, measured in session 8).
+  """
   step = functools.partial(train_step, model=model, tx=tx, aug_cfg=aug_cfg, cfg=cfg)
 
   def chunk(state, past, dim_mask, data, batches, lrs):
-    def body(st, inputs):
-      b, lr = inputs
-      new, m = step(st, past, dim_mask, data, b, lr)
-      # A fully padded step (end of an epoch's last chunk) must leave the state
-      # as it was. A select, not lax.cond: cond in the scan body made XLA:CPU
-      # steps 6x slower (measured on the R-MNIST net).
-      keep = jnp.any(b.valid)
-      return jax.tree.map(lambda n, o: jnp.where(keep, n, o), new, st), jnp.where(keep, m, 0.0)
-    return jax.lax.scan(body, state, (batches, lrs), unroll=True)
+    def body(i, carry):
+      st, ms = carry
+      new, m = step(st, past, dim_mask, data, jax.tree.map(lambda f: f[i], batches), lrs[i])
+      return new, ms.at[i].set(m)
+    num = jnp.sum(jnp.any(batches.valid, axis=-1))
+    return jax.lax.fori_loop(0, num, body, (state, jnp.zeros((lrs.shape[0], 4), jnp.float32)))
 
   return chunk
 

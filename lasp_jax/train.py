@@ -117,6 +117,11 @@ def memory_pool(stream, memory) -> Batch:
   return Batch(memory.indices.astype(np.int32), mem_domain.astype(np.int32), np.zeros(n, bool), np.ones(n, bool))
 
 
+def pad_lrs(lrs: np.ndarray, steps: int) -> jax.Array:
+  """A chunk's learning rates, zero-padded to its ``steps`` (the padded steps do not run)."""
+  return jnp.asarray(np.pad(lrs, (0, steps - len(lrs))))
+
+
 def checkpoint_due(chunk_lrs, k: int, every: int) -> bool:
   """Whether chunk k of an epoch (chunks of unequal length) crosses a multiple of ``every`` steps."""
   done = sum(len(x) for x in chunk_lrs[:k + 1])
@@ -292,22 +297,19 @@ class ContinualRun:
                 mask=jnp.asarray(self.host["mask"], bool))
 
   def epoch_chunks(self, t: int, e: int, plan: dict) -> tuple[list, list]:
-    """Epoch e's chunks of batches ((steps, B) per field) and the lr of each of their steps.
+    """Epoch e's chunks of batches ((steps_per_call, B) per field) and the lr of each real step.
 
-    Chunks of steps_per_call steps, then the epoch's remaining steps one by one:
-    padding the last chunk with empty steps would leave the state as it is but still
-    cost whole steps (3 of 20 on the reduced R-MNIST protocol). One-step chunks are a
-    second compiled program, the same for every epoch and task.
+    The last chunk's tail is padded with empty steps, which the compiled loop skips
+    (steps.chunk_body): one program for every chunk, and no padded step costs time.
+    The lrs stay the real steps' only (checkpoint_due counts them); pad_lrs makes
+    them the chunk's length.
     """
     c, spe, spc = self.config, plan["spe"], self.config.train.steps_per_call
     batches = epoch_batches(plan["pool"], c.train.batch_size, spc, np.random.default_rng([c.seed, t, e]),
                             take=plan["per_epoch"])
-    steps = Batch(*[f.reshape((-1,) + f.shape[2:])[:spe] for f in batches])
     lrs = plan["lrs"][e * spe:(e + 1) * spe].astype(np.float32)
-    starts = list(range(0, spe - spe % spc, spc)) + list(range(spe - spe % spc, spe))
-    ends = starts[1:] + [spe]
-    return ([Batch(*[f[a:b] for f in steps]) for a, b in zip(starts, ends)],
-            [lrs[a:b] for a, b in zip(starts, ends)])
+    return ([Batch(*[f[k] for f in batches]) for k in range(len(batches.index))],
+            [lrs[a:a + spc] for a in range(0, spe, spc)])
 
   def progress_bar(self, t: int, plan: dict):
     return tqdm.tqdm(total=plan["epochs"], initial=self.host["progress"]["epoch"], desc=f"task {t}",
@@ -337,7 +339,8 @@ class ContinualRun:
       calls = len(chunks)
       for k in range(prog["call"], calls):
         chunk = jax.device_put(chunks[k], self.batch_sharding)
-        self.state, m = self.chunk_fn(self.state, self.past, plan["mask"], self.data, chunk, jnp.asarray(lr_e[k]))
+        self.state, m = self.chunk_fn(self.state, self.past, plan["mask"], self.data, chunk,
+                                      pad_lrs(lr_e[k], c.train.steps_per_call))
         outs.append(m)
         every = c.train.checkpoint_every_steps
         if every and k + 1 < calls and checkpoint_due(lr_e, k, every):

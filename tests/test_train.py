@@ -213,15 +213,34 @@ def test_checkpoint_points_with_unequal_chunks():
   assert [train.checkpoint_due(lens, k, 5) for k in range(4)] == [False, True, False, True]
 
 
-def test_an_epoch_has_no_fully_padded_step(tmp_path):
-  """Chunks of steps_per_call, then single steps: every step holds data, in the epoch's order."""
+def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
+  """Chunks of steps_per_call steps, in the epoch's order; empty steps only at the last chunk's tail."""
   run = train.ContinualRun(_two_tasks(**{"train.steps_per_call": 5}), tmp_path)
   plan = run.task_plan(0)
   chunks, lrs = run.epoch_chunks(0, 0, plan)
-  sizes = [len(x) for x in lrs]
   spe = plan["spe"]
-  assert sum(sizes) == spe and sizes == [5] * (spe // 5) + [1] * (spe % 5) and spe % 5
-  assert all(bool(np.any(v)) for ch in chunks for v in ch.valid)
+  assert spe % 5 and [len(x) for x in lrs] == [5] * (spe // 5) + [spe % 5]
+  assert all(ch.index.shape[0] == 5 for ch in chunks)
+  has_data = np.concatenate([np.any(ch.valid, axis=-1) for ch in chunks])
+  np.testing.assert_array_equal(has_data, np.arange(len(has_data)) < spe)
   flat = np.concatenate([ch.index[ch.valid] for ch in chunks])
   assert len(flat) == plan["per_epoch"] == len(set(flat.tolist()))
   np.testing.assert_array_equal(np.concatenate(lrs), plan["lrs"][:spe])
+  np.testing.assert_array_equal(train.pad_lrs(lrs[-1], 5), np.r_[lrs[-1], np.zeros(5 - spe % 5)])
+
+
+def test_a_chunks_padded_tail_steps_do_not_run():
+  """Two real steps + two empty ones = the same two steps in a two-step chunk; the empty ones report zeros."""
+  run, chunk, past = _step_setup("co2l")
+  d = run.config.model.embedding_dim
+  two = steps.Batch(*[f[:2] for f in chunk])
+  padded = two._replace(**{n: jnp.concatenate([f, jnp.zeros_like(f)]) for n, f in two._asdict().items()})
+  state0 = jax.tree.map(jnp.copy, run.state)
+  s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, jnp.array([0.05, 0.04, 0.5, 0.5]))
+  s2, m2 = run.chunk_fn(state0, past, jnp.ones(d, bool), run.data, two, jnp.array([0.05, 0.04]))
+  assert int(s4.step) == int(s2.step) == 2
+  np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)
+  np.testing.assert_allclose(np.asarray(m4)[:2], m2, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), s4.params, s2.params)
+
+

@@ -17,12 +17,12 @@ speed"): the R-MNIST net's 5x5 20->50 conv on 512 images takes 65-82 ms forward
 with YNNPACK and 12-15 ms with XLA's kernel, both gradients 231 -> 55-71 ms;
 its whole train step runs ~1.6x faster with XLA convolutions than with YNNPACK
 convolutions and matmul gradients. Its gradients are ``conv`` (session 6): JAX's
-own (``xla``) are as fast inside a chunk of 8 unrolled steps, but in a one-step
-chunk (the end of every epoch whose steps don't divide by ``steps_per_call``)
-XLA's layout assignment leaves the weight gradients as non-canonical convolutions
+own (``xla``) were as fast inside a chunk of 8 unrolled steps, but in a program of
+one step (or one step in a loop, as every chunk is since session 8) XLA's layout
+assignment leaves the weight gradients as non-canonical convolutions
 (``dim_labels=f01b_i01o->01bf``) that run on a slow generic loop: 3.8 s instead of
-0.18 s per step on full R-MNIST, 11 s of each 50 s epoch; ``conv`` emits canonical
-NHWC/HWIO convolutions in every program (tests/test_cpu_kernels.py). ResNet-18 (session 6): its
+0.18 s per step on full R-MNIST; ``conv`` emits canonical NHWC/HWIO convolutions
+in every program (tests/test_cpu_kernels.py). ResNet-18 (session 6): its
 BatchNorm statistics run several times faster as YNNPACK reductions than as XLA
 loops, so it keeps YNNPACK's ``REDUCE`` fusions beside the dots; with XLA
 convolutions and ``conv`` gradients its whole step (batch 32 with the past model)

@@ -92,8 +92,8 @@ def test_max_pool_2x2_matches_flax_values_and_gradient():
   np.testing.assert_array_equal(g(max_pool_2x2), g(ref))
 
 
-def test_one_step_chunk_has_only_canonical_convolutions():
-  """The R-MNIST net's one-step train chunk: every convolution NHWC/HWIO, none on XLA's slow generic loop.
+def test_train_chunk_has_only_canonical_convolutions():
+  """The R-MNIST net's train chunk (a loop over its steps): every convolution NHWC/HWIO, none on XLA's slow loop.
 
   With JAX's own gradients (conv_backward=xla) this program's weight gradients compile to
   dim_labels=f01b_i01o->01bf and run ~20x slower (cpu_kernels.py); the auto choice must not.

@@ -200,7 +200,6 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   c.train.batch_size, c.train.epochs_first, c.train.epochs, c.train.warmup_epochs = 16, 1, 1, 1
   c.memory.size, c.lasp.restarts, c.lasp.steps = 10, 4, 3
   c.eval.epochs, c.eval.augment, c.progress = 2, False, False
-  c.train.steps_per_call = 1  # one step body to compile, not four unrolled
   with tfds.testing.mock_data(num_examples=40):
     results = train.ContinualRun(c, tmp_path).run()
   assert results["dataset"] == "cifar10" and np.array(results["acc_matrix"]["class_il"], float).shape == (2, 2)

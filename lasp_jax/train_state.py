@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -45,11 +46,18 @@ def with_learning_rate(opt_state, lr):
   return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
 
 
+@functools.partial(jax.jit, static_argnames=("model",))
+def _init(model, key, x):
+  # One compiled init per model, not per run: runs of one process (a method and its
+  # baselines, the tests) share it (3-6 s to compile on the CPU).
+  return model.init(key, x, train=False)
+
+
 def create_train_state(model, tx, sample_input, seed: int) -> TrainState:
   """Initializes parameters (PyTorch-equivalent init) and the optimizer."""
   key = jax.random.PRNGKey(seed)
   init_key, state_key = jax.random.split(key)
-  variables = jax.jit(lambda k, x: model.init(k, x, train=False))(init_key, sample_input)
+  variables = _init(model, init_key, sample_input)
   params = variables["params"]
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     batch_stats=variables.get("batch_stats", {}), opt_state=tx.init(params), rng=state_key)

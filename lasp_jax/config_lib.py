@@ -43,7 +43,10 @@ BASELINES = ("finetune", "joint")
 # "preset" is here because runs see resolved configs: its effect is in the keys it sets.
 # "model.cpu_convs" picks kernels, which change results only by float32 rounding.
 RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset",
-                    "model.cpu_convs")
+                    "model.cpu_convs", "seeds_mode")
+
+
+SEEDS_MODES = ("auto", "vmap", "sequential")
 
 
 def _choice(name, value, allowed):
@@ -65,6 +68,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
   _choice("dataset", config.dataset, sorted(sources.SOURCES))
   _choice("method", config.method, METHODS)
+  _choice("seeds_mode", config.get("seeds_mode", "auto"), SEEDS_MODES)
   _choice("lasp.srs_data", config.lasp.srs_data, lookahead.SRS_DATA)
   _choice("lasp.mask_objective", config.lasp.mask_objective, mask_search.OBJECTIVES)
   _choice("lasp.restart_selection", config.lasp.restart_selection, mask_search.SELECTIONS)

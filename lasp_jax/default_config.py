@@ -8,8 +8,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.dataset = "mnist5k"          # mnist5k | mnist | cifar10 | tiny_imagenet | synthetic
   c.method = "sd"                # co2l | sd | gm | sd_gm | finetune (lower bound) | joint (upper bound)
   c.seed = 0                     # changes init, shuffling, augmentation, angles, memory, mask search
-  c.num_seeds = 1                # > 1: seeds seed..seed+N-1 trained as one vmapped program (seeds.py),
-                                 # each in WORKDIR/seed_<k>/, mean (std) in WORKDIR/seeds.md
+  c.num_seeds = 1                # > 1: seeds seed..seed+N-1 (seeds.py), each in WORKDIR/seed_<k>/,
+                                 # mean (std) in WORKDIR/seeds.md
+  c.seeds_mode = "auto"          # vmap: the seeds as one vmapped program | sequential: one after another |
+                                 # auto: vmap on GPU/TPU, sequential on CPU (vmapped is 1.5x slower there)
   c.compute_dtype = "float32"    # float32 | bfloat16 (activations; params and losses stay float32)
   c.resume = "auto"              # auto: continue a matching run in workdir; force: even if config differs; never
   c.progress = True              # progress bars on stderr

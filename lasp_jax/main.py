@@ -68,7 +68,8 @@ def main(argv):
     for name, (cfg, wd) in runs.items():
       if cfg.num_seeds > 1:
         per_seed = seeds.SeedGroup(cfg, wd).run()
-        print(f"{name}, {cfg.num_seeds} seeds (vmapped):\n{seeds.seed_table(per_seed)}")
+        how = "vmapped" if seeds.vmapped(cfg) else "one after another"
+        print(f"{name}, {cfg.num_seeds} seeds ({how}):\n{seeds.seed_table(per_seed)}")
         results[name] = seeds.mean_result(per_seed)
       else:
         results[name] = train.train_and_evaluate(cfg, wd)

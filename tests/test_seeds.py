@@ -5,10 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from lasp_jax import seeds, train
+from lasp_jax import config_lib, seeds, train
+from lasp_jax.errors import ConfigError
 from tests.conftest import tiny_config
 
-BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_first": 1, "train.epochs": 1}
+BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_first": 1, "train.epochs": 1,
+        "seeds_mode": "vmap"}
 
 
 def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seeds(tmp_path, monkeypatch):
@@ -31,7 +33,7 @@ def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seed
   assert [r.config.seed for r in group.runs] == [0, 1]
   results = group.run()
 
-  single = train.ContinualRun(tiny_config(**BASE, seed=1), tmp_path / "single").run()
+  single = train.ContinualRun(tiny_config(**dict(BASE, seeds_mode="auto"), seed=1), tmp_path / "single").run()
   assert results[1]["config_hash"] == single["config_hash"]  # seed k of a group is the single run of seed k
   assert results[1]["final"] == single["final"]
   assert results[1]["acc_matrix"] == single["acc_matrix"]
@@ -50,3 +52,22 @@ def test_seed_table_and_mean_by_hand():
         {"seed": 1, "final": {"a": 74.0}, "baselines": {"raw_pixels": {"a": 52.0}}}]
   assert seeds.seed_table(rs).splitlines()[-1] == "| mean (std), 2 seeds | 72.00 (2.83) |"
   assert seeds.mean_result(rs) == {"final": {"a": 72.0}, "baselines": {"raw_pixels": {"a": 51.0}}}
+
+
+def test_seeds_mode_auto_vmaps_on_accelerators_only(monkeypatch):
+  pick = lambda mode: seeds.vmapped(tiny_config(seeds_mode=mode))
+  assert (pick("vmap"), pick("sequential"), pick("auto")) == (True, False, False)  # this CPU
+  monkeypatch.setattr(seeds.jax, "default_backend", lambda: "gpu")
+  assert (pick("vmap"), pick("sequential"), pick("auto")) == (True, False, True)
+  with pytest.raises(ConfigError, match="seeds_mode"):
+    config_lib.validate(tiny_config(seeds_mode="parallel"))
+
+
+def test_sequential_seeds_are_the_seeds_single_runs_with_one_table(tmp_path, monkeypatch):
+  monkeypatch.setattr(train.ContinualRun, "run",
+                      lambda self: {"seed": self.config.seed, "final": {"class_il": 70.0 + 4 * self.config.seed}})
+  group = seeds.SeedGroup(tiny_config(**dict(BASE, seeds_mode="sequential"), seed=3, num_seeds=2), tmp_path)
+  results = group.run()
+  assert [r["seed"] for r in results] == [3, 4]
+  assert [r.workdir.name for r in group.runs] == ["seed_0", "seed_1"]
+  assert (tmp_path / "seeds.md").read_text().splitlines()[-1] == "| mean (std), 2 seeds | 84.00 (2.83) |"

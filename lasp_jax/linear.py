@@ -30,9 +30,9 @@ class LinearModel(NamedTuple):
     return ((np.asarray(x, np.float64) - self.mean) / self.scale) @ self.weight + self.bias
 
 
-def _log_softmax(z):
-  z = z - z.max(axis=1, keepdims=True)
-  return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+def _log_softmax(z, axis: int):
+  z = z - z.max(axis=axis, keepdims=True)
+  return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
 def fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-3,
@@ -52,16 +52,21 @@ def fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-3
   w = w / w.sum()
   mean = w @ x
   scale = np.sqrt(w @ (x - mean) ** 2) + 1e-6
-  xs = (x - mean) / scale
-  f = x.shape[1]
-  onehot = np.eye(num_classes)[y]
+  # Classes x rows layout: OpenBLAS's products with 10 output columns ran at ~13 GFLOP/s;
+  # (C, F) @ (F, N) and (C, N) @ (N, F) take 0.46 + 0.66 ms instead of 0.78 + 0.97 ms per
+  # loss+gradient at N = 1,000, F = 500, and 32 + 47 instead of 69 + 69 ms for full
+  # MNIST's raw pixels (session 8).
+  xs_t = np.ascontiguousarray(((x - mean) / scale).T)  # (F, N)
+  del x
+  f = xs_t.shape[0]
+  onehot_t = np.ascontiguousarray(np.eye(num_classes)[y].T)  # (C, N)
 
   def loss_grad(theta):
     wt, b = theta[:f * num_classes].reshape(f, num_classes), theta[f * num_classes:]
-    logp = _log_softmax(xs @ wt + b)
-    loss = -(w * (onehot * logp).sum(1)).sum() + 0.5 * l2 * (wt ** 2).sum()
-    d = w[:, None] * (np.exp(logp) - onehot)
-    return loss, np.concatenate([(xs.T @ d + l2 * wt).ravel(), d.sum(0)])
+    logp = _log_softmax(wt.T @ xs_t + b[:, None], axis=0)
+    loss = -(w * (onehot_t * logp).sum(0)).sum() + 0.5 * l2 * (wt ** 2).sum()
+    d = w * (np.exp(logp) - onehot_t)
+    return loss, np.concatenate([((d @ xs_t.T).T + l2 * wt).ravel(), d.sum(1)])
 
   theta0 = np.zeros(f * num_classes + num_classes)
   # One BLAS thread for small inputs: OpenBLAS's thread hand-off costs more than it
@@ -69,7 +74,7 @@ def fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-3
   # CPU). Large ones gain a little from every core: raw pixels of full MNIST
   # (60,000 x 784, 261-267 iterations) 60.1 -> 56.7 s (session 7); they are bound by
   # reading x (377 MB in float64) twice per loss+gradient.
-  threads = 1 if xs.size < _MANY_THREADS_FROM else None
+  threads = 1 if xs_t.size < _MANY_THREADS_FROM else None
   with threadpoolctl.threadpool_limits(threads, user_api="blas"):
     res = scipy.optimize.minimize(loss_grad, theta0, jac=True, method="L-BFGS-B",
                                   options=dict(maxiter=max_iter, gtol=1e-6))

@@ -9,8 +9,8 @@ SD with the mask search on ``onlycurrent``, batch 64, 10 + 4 x 5 epochs under th
 per-step cosine, the converged L-BFGS read-out after every task. Why each of
 these: results/README.md, "Diagnosis".
 
-Runtime on 2 CPU cores (session 8): 46 s for the SD run from an empty compilation
-cache; 1 min 55 s with --baselines (finetune and joint too). Seed 0: SD Class-IL
+Runtime on 2 CPU cores (session 8): 45 s for the SD run from an empty compilation
+cache; 1 min 50 s with --baselines (finetune and joint too). Seed 0: SD Class-IL
 86.3 %, Task-IL 98.1 %; finetune 86.9 / 97.7; joint 92.1 / 98.6; raw pixels
 78.6 / 97.0 (chance 10 / 50). Seeds 0-2 (--config.num_seeds=3, 2 min 6 s):
 SD 84.5 (1.7) / 97.9 (0.6). No paper number at this scale.

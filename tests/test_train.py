@@ -241,5 +241,3 @@ def test_a_chunks_padded_tail_steps_do_not_run():
   np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)
   np.testing.assert_allclose(np.asarray(m4)[:2], m2, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), s4.params, s2.params)
-
-

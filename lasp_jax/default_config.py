@@ -11,7 +11,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.num_seeds = 1                # > 1: seeds seed..seed+N-1 (seeds.py), each in WORKDIR/seed_<k>/,
                                  # mean (std) in WORKDIR/seeds.md
   c.seeds_mode = "auto"          # vmap: the seeds as one vmapped program | sequential: one after another |
-                                 # auto: vmap on GPU/TPU, sequential on CPU (vmapped is 1.5x slower there)
+                                 # auto: sequential (vmapped was slower on the CPU and on an H200, seeds.py)
   c.compute_dtype = "float32"    # float32 | bfloat16 (activations; params and losses stay float32)
   c.resume = "auto"              # auto: continue a matching run in workdir; force: even if config differs; never
   c.progress = True              # progress bars on stderr

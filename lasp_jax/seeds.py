@@ -7,9 +7,10 @@ run would write. ``seeds_mode=vmap``: only the training chunks run together: the
 states are stacked on a leading axis and one compiled, vmapped chunk trains every
 seed (steps.make_chunk_fn); the boundary work (memory, mask search, EB) and the probe
 run seed by seed; they are small next to training. ``sequential``: the seeds' runs one
-after another (same results). ``auto`` vmaps on accelerators only: on XLA:CPU the
-vmapped chunk of 3 seeds of configs/mnist5k.py trained in 149 s against 3 x 33 s for
-the seeds alone (session 8). ``WORKDIR/seeds.md`` holds the mean (std) over the seeds.
+after another (same results), also what ``auto`` does: the vmapped chunk was the
+slower way on both machines measured (XLA:CPU, 3 seeds of configs/mnist5k.py: 149 s
+against 3 x 33 s; H200, 3 seeds of configs/rmnist.py: 3.7x one seed's epoch time).
+``WORKDIR/seeds.md`` holds the mean (std) over the seeds.
 
 Resuming: every seed saves its task-end checkpoint after each task (and mid-task
 checkpoints at the same chunks), so the seeds resume together; a seed that is
@@ -45,9 +46,13 @@ def seed_configs(config: ml_collections.ConfigDict) -> list[ml_collections.Confi
 
 
 def vmapped(config) -> bool:
-  """Whether the seeds train as one vmapped program (``seeds_mode``; auto: not on CPU)."""
-  mode = config.get("seeds_mode", "auto")
-  return mode == "vmap" or (mode == "auto" and jax.default_backend() != "cpu")
+  """Whether the seeds train as one vmapped program: ``seeds_mode=vmap`` only.
+
+  ``auto`` runs them one after another on every backend: the vmapped chunk was slower
+  than the seeds one by one on the 2-core CPU (session 8) and on an H200 (3 seeds of
+  paper-scale R-MNIST: 0.63 s per later-task epoch against 3 x 0.17 s, session 9).
+  """
+  return config.get("seeds_mode", "auto") == "vmap"
 
 
 def _stack_np(batches):

@@ -1,0 +1,50 @@
+"""The raw-pixel baseline of a config, without training it.
+
+    python -m experiments.raw_pixels --config=configs/rmnist.py [--config.seed=1]
+
+Every run writes this baseline (``eval.raw_pixels``): a converged linear classifier
+on the raw pixels of the final probe's data (the last task's data and the memory),
+tested like the probe. It needs no trained model, only the memory, which is drawn
+from the seed alone; so a run that left it out (a GPU run, where the float64 fit
+on the host costs more than the training) gets it here, on the CPU, for the same
+seed: the memory is advanced task by task without training (the ``finetune``
+method, which keeps the memory and distills nothing), and the final readout is fit.
+Prints one line of JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+from absl import app, logging
+from ml_collections import config_flags
+
+from lasp_jax import config_lib, train
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=False)
+
+
+def raw_pixels(config) -> dict:
+  """{"raw_pixels": accuracy per metric} of ``config``'s final probe data."""
+  cfg = config_lib.override(config, method="finetune", num_seeds=1)
+  with tempfile.TemporaryDirectory() as workdir:
+    run = train.ContinualRun(cfg, workdir)
+    last = run.stream.num_tasks - 1
+    for t in range(1, last + 1):
+      run.boundary(t)  # the memory update alone: finetune distills nothing
+    run.raw_pixel_baseline(last, run.probe_data(last))
+    return run.host["baselines"]
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)
+  config = _CONFIG.value
+  out = {"dataset": config.dataset, "seed": config.seed, "num_tasks": config.data.num_tasks,
+         "memory_size": config.memory.size, **raw_pixels(config)}
+  print(json.dumps(out))
+
+
+if __name__ == "__main__":
+  app.run(main)

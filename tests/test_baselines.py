@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from experiments import raw_pixels
 from lasp_jax import config_lib, linear, train
 from lasp_jax.errors import ConfigError
 from lasp_jax.train_state import lr_schedule, schedule_values
@@ -129,6 +130,14 @@ def test_raw_pixel_baseline_in_results(co2l_run):
   assert set(results["timing"]) == {"train_s", "boundary_s", "probe_s", "baselines_s"}
   assert results["timing"]["baselines_s"] > 0
   assert results["provenance"]["jax"] == jax.__version__ and "git_commit" in results["provenance"]
+
+
+def test_raw_pixels_without_training_equal_the_trained_runs_baseline(co2l_run):
+  """experiments/raw_pixels.py (for runs that left the baseline out): the memory alone, advanced task by task
+  without training, gives the same rows, so the same converged classifier as the trained run's."""
+  run, results = co2l_run
+  assert raw_pixels.raw_pixels(run.config) == results["baselines"]
+  assert run.config.method == "co2l"  # the run's own config is left as it was
 
 
 @pytest.mark.parametrize("method", ["finetune", "joint"])

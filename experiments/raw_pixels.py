@@ -15,15 +15,17 @@ Prints one line of JSON.
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 
-from absl import app, logging
+from absl import app, flags, logging
 import ml_collections
 from ml_collections import config_flags
 
 from lasp_jax import config_lib, train
+from lasp_jax.errors import LaspError
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=False)
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 
 
 def raw_pixels(config) -> dict:
@@ -42,10 +44,15 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   config = _CONFIG.value
-  out = {"dataset": config.dataset, "seed": config.seed, "num_tasks": config.data.num_tasks,
-         "memory_size": config.memory.size, **raw_pixels(config)}
-  print(json.dumps(out))
+  try:
+    pixels = raw_pixels(config)
+  except LaspError as e:  # a bad config value or missing data: one line, as lasp_jax.main says it
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  print(json.dumps({"dataset": config.dataset, "seed": config.seed, "num_tasks": config.data.num_tasks,
+                    "memory_size": config.memory.size, **pixels}))
 
 
 if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])
   app.run(main)

@@ -9,18 +9,6 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-# The suite compiles hundreds of small programs and runs each briefly, so compiling is most of its time.
-# LLVM at -O0 compiles XLA:CPU programs ~40 % faster (tests/multidevice_check.py from an empty cache: 68 -> 42 s)
-# and leaves XLA's HLO passes, hence every program the tests inspect and every numeric they compare, as
-# they are. Set before any test imports jax; the subprocesses the tests start inherit it (xla_flags).
-XLA_TEST_FLAG = "--xla_backend_optimization_level=0"
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_TEST_FLAG}".strip()
-
-
-def xla_flags(*flags: str) -> str:
-  """The suite's XLA_FLAGS with ``flags`` added, for a subprocess."""
-  return " ".join((os.environ["XLA_FLAGS"],) + flags)
-
 
 def golden_dir() -> pathlib.Path:
   """Directory of the golden vectors: $LASP_GOLDEN_DIR or ../shared/golden."""

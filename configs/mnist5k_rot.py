@@ -9,7 +9,8 @@ trains from the full learning rate (the published per-epoch cosine runs a 1-epoc
 task at lr * 1e-3), and the converged readout as the probe.
 Runtime as configured here: about 60 s on 2 CPU cores (SD, seed 0, session 9). Domain-IL, seeds
 0-2: SD 76.16 / 76.82 / 78.68 (with the published command's ``onlypast`` search 53.26 / 22.62 /
-81.02: the representation collapses in two), Co2L 82.16 (seed 0), raw pixels 48.32 (seed 0). The
+81.02: the representation collapses in two); seed 0 with ``--baselines`` (2 min 28 s): finetune 81.28,
+joint 86.40, raw pixels 48.32, and Co2L 82.16: at this scale SD's distillation does not help. The
 half-width 2 + 4 x 1-epoch version of the small grid (results/table1/small, the published
 commands' onlypast for SD): Co2L 85.1 (3.8), raw pixels 63.6. No paper number at this scale.
 """

@@ -33,5 +33,10 @@ for run in $PLAN; do
     --workdir="$RUNS/$name" --config.method="$method" --config.seed="$seed" --config.train.steps_per_call=59 \
     --config.eval.every_task=False --config.eval.raw_pixels=False $EXTRA
 done
+# Whatever time is left: the JAX ResNet-18 step rows of BENCHMARKS.md (measured before the full-precision change).
+left=$(( BUDGET - ($(date +%s) - T0) - 15 ))
+if [ -z "$EXTRA" ] && (( left >= 90 )); then
+  part core "$left" python3 -m experiments.benchmark --only=step --repeats=5 --out="$OUT/core.json"
+fi
 tar czf "$OUT/rmnist_runs.tgz" --exclude=checkpoints --exclude=xla_cache --exclude=tensorboard -C "$RUNS" . 2>>"$log"
 grep -h "final\|wall time\|error" "$log" || true

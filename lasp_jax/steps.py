@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import optax
+
 from lasp_jax import losses
 from lasp_jax.data import augment
 from lasp_jax.train_state import TrainState, with_learning_rate
@@ -60,6 +62,12 @@ def contrastive_labels(labels, domain, cfg: LossConfig):
   return labels + cfg.domain_classes * domain if cfg.domain_classes else labels
 
 
+# Per-step metrics, in this order (train.py reads them by name). z_norm: the mean L2 norm of the current
+# model's embeddings over the valid rows; grad_norm: the global norm of the parameter gradient. A collapsed
+# representation shows as a flat loss with grad_norm near 0; a diverging one as z_norm growing without bound.
+METRICS = ("loss", "supcon", "ird", "z_norm", "grad_norm", "num_valid")
+
+
 def _forward(model, variables, x, train: bool, mask):
   if train:
     (_, z), updates = model.apply(variables, x, train=True, mask=mask, mutable=["batch_stats"])
@@ -73,19 +81,21 @@ def _losses(params, state, past, dim_mask, views, labels, batch, model, cfg: Los
   z, new_stats = _forward(model, {"params": params, "batch_stats": state.batch_stats}, views, True, row_valid)
   supcon = losses.supcon_loss(features=z, labels=labels, is_current=batch.is_current, valid=batch.valid,
                               temperature=cfg.temperature, base_temperature=cfg.base_temperature)
+  norms = jnp.linalg.norm(jax.lax.stop_gradient(z).astype(jnp.float32), axis=-1)
+  z_norm = jnp.sum(jnp.where(row_valid, norms, 0.0)) / jnp.maximum(jnp.sum(row_valid), 1)
   if past is None:  # no IRD term at all: the program is then the same for every method (one compile, cached)
-    return supcon, (supcon, jnp.zeros((), jnp.float32), new_stats)
+    return supcon, (supcon, jnp.zeros((), jnp.float32), z_norm, new_stats)
   z_past, _ = _forward(model, past._asdict(), views, cfg.past_bn == "batch", row_valid)
   kw = dict(z_cur=z, z_past=jax.lax.stop_gradient(z_past), temp_cur=cfg.temp_cur, temp_past=cfg.temp_past,
             valid=batch.valid)
   ird = losses.selective_ird_loss(dim_mask=dim_mask, **kw) if cfg.selective else losses.ird_loss(**kw)
   total = supcon + cfg.ird_weight * ird
-  return total, (supcon, ird, new_stats)
+  return total, (supcon, ird, z_norm, new_stats)
 
 
 def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: DeviceData, batch: Batch, lr,
                *, model, tx, aug_cfg, cfg: LossConfig):
-  """One SGD step; returns the new state and (loss, supcon, ird, num_valid)."""
+  """One SGD step; returns the new state and its METRICS."""
   key = jax.random.fold_in(state.rng, state.step)
   views = augment.two_views(key, data.images[batch.index], data.angles[batch.domain], aug_cfg)
   # Without the barrier XLA:CPU fuses the augmentation into the conv inputs and
@@ -93,17 +103,18 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   views = jax.lax.optimization_barrier(views)
   labels = contrastive_labels(data.labels[batch.index], batch.domain, cfg)
   grad_fn = jax.value_and_grad(_losses, has_aux=True)
-  (loss, (supcon, ird, new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels, batch,
-                                                    model, cfg)
+  (loss, (supcon, ird, z_norm, new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels,
+                                                            batch, model, cfg)
   opt_state = with_learning_rate(state.opt_state, lr)
   updates, opt_state = tx.update(grads, opt_state, state.params)
   params = jax.tree.map(lambda p, u: p + u, state.params, updates)
   new = state.replace(step=state.step + 1, params=params, batch_stats=new_stats, opt_state=opt_state)
-  return new, jnp.stack([loss, supcon, ird, jnp.sum(batch.valid).astype(jnp.float32)])
+  num_valid = jnp.sum(batch.valid).astype(jnp.float32)
+  return new, jnp.stack([loss, supcon, ird, z_norm, optax.global_norm(grads), num_valid])
 
 
 def chunk_body(model, tx, aug_cfg, cfg: LossConfig):
-  """S steps, uncompiled: (state, past, mask, data, batches, lrs) -> (state, (S, 4)).
+  """S steps, uncompiled: (state, past, mask, data, batches, lrs) -> (state, (S, len(METRICS))).
 
   The steps run in a loop whose trip count is the number of steps holding data:
   empty steps (valid all False) may only pad the chunk's tail, so an epoch's last,
@@ -119,7 +130,7 @@ def chunk_body(model, tx, aug_cfg, cfg: LossConfig):
       new, m = step(st, past, dim_mask, data, jax.tree.map(lambda f: f[i], batches), lrs[i])
       return new, ms.at[i].set(m)
     num = jnp.sum(jnp.any(batches.valid, axis=-1))
-    return jax.lax.fori_loop(0, num, body, (state, jnp.zeros((lrs.shape[0], 4), jnp.float32)))
+    return jax.lax.fori_loop(0, num, body, (state, jnp.zeros((lrs.shape[0], len(METRICS)), jnp.float32)))
 
   return chunk
 

@@ -27,7 +27,8 @@ from lasp_jax import checkpoint, config_lib, cpu_kernels, lookahead, memory as m
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
-from lasp_jax.steps import Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn, num_steps
+from lasp_jax.steps import (METRICS, Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn,
+                            num_steps)
 from lasp_jax.train_state import TrainState, create_train_state, lr_schedule, make_optimizer, schedule_values
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -122,6 +123,24 @@ def pad_lrs(lrs: np.ndarray, steps: int) -> jax.Array:
   return jnp.asarray(np.pad(lrs, (0, steps - len(lrs))))
 
 
+_COL = {name: i for i, name in enumerate(METRICS)}
+
+
+def step_metrics(rows) -> np.ndarray:
+  """Step metrics as a (steps, len(METRICS)) array. A partial epoch saved before z_norm and grad_norm
+  existed (loss, supcon, ird, num_valid) gets NaN there, so such a checkpoint still resumes."""
+  a = np.asarray(rows, np.float32)
+  if a.size and a.shape[-1] == 4 and len(METRICS) != 4:
+    a = a.reshape(-1, 4)
+    a = np.concatenate([a[:, :3], np.full((len(a), len(METRICS) - 4), np.nan, np.float32), a[:, 3:]], axis=1)
+  return a.reshape(-1, len(METRICS))
+
+
+def _describe(m: np.ndarray, i: int) -> str:
+  row = dict(zip(METRICS, m[i]))
+  return ", ".join(f"{k} {row[k]:.4g}" for k in ("supcon", "ird", "z_norm", "grad_norm"))
+
+
 def checkpoint_due(chunk_lrs, k: int, every: int) -> bool:
   """Whether chunk k of an epoch (chunks of unequal length) crosses a multiple of ``every`` steps."""
   done = sum(len(x) for x in chunk_lrs[:k + 1])
@@ -146,6 +165,23 @@ def warn_if_not_learning(t: int, epoch_losses) -> bool:
                     f"{epoch_losses[-1]:.4g} in epoch {len(epoch_losses)}): check train.lr and the schedule",
                     file=sys.stderr)
   return stuck
+
+
+def warn_if_collapsed(t: int, grad_norms, ratio: float = 1e-3) -> bool:
+  """One line on stderr when task t's last epoch has a gradient norm under ``ratio`` x the largest of the run.
+
+  ``grad_norms``: the run's per-epoch gradient norms so far, task t's last epoch last. A representation
+  that collapsed to one embedding for every input is a stationary point of SupCon and IRD (all relations
+  equal): the gradient is exactly 0 and nothing trains again, while the loss only looks flat.
+  """
+  norms = np.asarray(grad_norms, np.float64)
+  norms = norms[np.isfinite(norms)]
+  collapsed = len(norms) >= 2 and norms[-1] < ratio * norms.max()
+  if collapsed:
+    tqdm.tqdm.write(f"warning: task {t}'s gradient vanished ({norms[-1]:.2g} in its last epoch, up to "
+                    f"{norms.max():.3g} before): the representation collapsed to one embedding and stopped training",
+                    file=sys.stderr)
+  return collapsed
 
 
 # ------------------------------------------------------------------------------ the run
@@ -317,8 +353,7 @@ class ContinualRun:
 
   def epoch_start(self) -> tuple[float, list]:
     """Clock and metric list of an epoch; the metrics of chunks run before an interruption come from the checkpoint."""
-    partial = self.host["progress"].get("partial", np.zeros((0, 4)))
-    return time.perf_counter(), [np.asarray(partial, np.float32).reshape(-1, 4)]
+    return time.perf_counter(), [step_metrics(self.host["progress"].get("partial", []))]
 
   def end_epoch(self, t: int, e: int, plan: dict, outs, t0: float, bar) -> None:
     spe, lrs = plan["spe"], plan["lrs"]
@@ -328,6 +363,7 @@ class ContinualRun:
   def end_task(self, t: int, bar) -> None:
     bar.close()
     warn_if_not_learning(t, [c["loss"] for c in self.host["curves"] if c["task"] == t])
+    warn_if_collapsed(t, [c.get("grad_norm", np.nan) for c in self.host["curves"]])
 
   def train_task(self, t: int) -> None:
     c, plan = self.config, self.task_plan(t)
@@ -358,28 +394,29 @@ class ContinualRun:
 
   def _check_finite(self, outs, t, e, first_step):
     """All step metrics of the epoch so far; raises at the first non-finite loss."""
-    m = np.concatenate([np.asarray(o, np.float32).reshape(-1, 4) for o in outs])
-    bad = np.flatnonzero(~np.isfinite(m[:, 0]))
+    m = np.concatenate([step_metrics(o) for o in outs])
+    bad = np.flatnonzero(~np.isfinite(m[:, _COL["loss"]]))
     if bad.size:
-      raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {first_step + int(bad[0]) + 1} of the "
-                          f"epoch; last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
+      i = int(bad[0])
+      raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {first_step + i + 1} of the epoch "
+                          f"({_describe(m, i)}; the step before: {_describe(m, i - 1) if i else 'none this epoch'}); "
+                          f"last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
     return m
 
   def _end_epoch(self, t, e, outs, prog, lr, start, bar):
     t0, n_before = start
     m = self._check_finite(outs, t, e, 0)  # waits for the device: the rate below is real
-    rate = m[n_before:, 3].sum() / max(time.perf_counter() - t0, 1e-9)
-    m = m[m[:, 3] > 0]
-    w = m[:, 3] / max(m[:, 3].sum(), 1)
-    loss, supcon, ird = (float(w @ m[:, i]) for i in range(3))
-    self.host["curves"].append({"task": t, "epoch": e + 1, "loss": loss, "supcon": supcon, "ird": ird,
-                                "lr": float(lr)})
+    n = m[:, _COL["num_valid"]]
+    rate = n[n_before:].sum() / max(time.perf_counter() - t0, 1e-9)
+    m, n = m[n > 0], n[n > 0]
+    means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in _COL.items() if k != "num_valid"}
+    self.host["curves"].append({"task": t, "epoch": e + 1, **means, "lr": float(lr)})
     prog["epoch"], prog["call"], prog["partial"] = e + 1, 0, []
     bar.update(1)
-    bar.set_postfix(loss=f"{loss:.3f}", ird=f"{ird:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
+    bar.set_postfix(loss=f"{means['loss']:.3f}", ird=f"{means['ird']:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
     if self.writer:
       step = int(self.state.step)
-      for k, v in (("loss", loss), ("supcon", supcon), ("ird", ird), ("lr", lr)):
+      for k, v in {**means, "lr": lr}.items():
         self.writer.add_scalar(f"{k}_{t}", v, step)
 
   # ---------------------------------------------------------------- evaluation

@@ -186,6 +186,23 @@ def test_tiny_imagenet_embedding_size_follows_the_method():
   assert config_lib.resolved(c).model.embedding_dim == 64  # an explicit size wins
 
 
+def test_every_epoch_reports_the_embedding_and_gradient_norms(co2l_run):
+  """The tiny config L2-normalizes its embeddings: z_norm is 1 by hand; every task still has a gradient."""
+  _, results = co2l_run
+  for c in results["curves"]:
+    np.testing.assert_allclose(c["z_norm"], 1.0, rtol=1e-5, err_msg=str(c))
+    assert c["grad_norm"] > 1e-3, c
+
+
+def test_a_collapsed_task_is_warned(capsys):
+  assert not train.warn_if_collapsed(0, [2.0, 0.5, 0.01])         # 0.5 % of the largest: still training
+  assert train.warn_if_collapsed(3, [2.0, 3.1, 0.0465, 0.0003])   # the tiny SD run's task 3 (session 9)
+  assert train.warn_if_collapsed(4, [3.1, 0.0, float("nan"), 0.0])  # NaN: a resumed run's older epochs
+  assert not train.warn_if_collapsed(0, [0.0])                     # one epoch: nothing to compare
+  err = capsys.readouterr().err
+  assert err.count("gradient vanished") == 2 and "task 3's gradient vanished (0.0003 in its last epoch" in err
+
+
 def test_a_task_whose_loss_does_not_fall_is_warned(tmp_path, capsys):
   assert not train.warn_if_not_learning(0, [5.0, 4.0]) and train.warn_if_not_learning(0, [5.0, 5.0])
   assert not train.warn_if_not_learning(0, [5.0])  # one epoch: nothing to compare

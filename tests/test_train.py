@@ -159,8 +159,9 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
     new, m = real(state, past, *args)
     return new, m * jnp.nan if past is not None else m  # only task 1 has a past model
   run.chunk_fn = diverging
-  with pytest.raises(TrainingError, match=r"non-finite loss at task 1, epoch 1, step 1 of the epoch; last good "
-                                          r"checkpoint: \d+ in "):
+  with pytest.raises(TrainingError, match=r"non-finite loss at task 1, epoch 1, step 1 of the epoch \(supcon nan, "
+                                          r"ird nan, z_norm nan, grad_norm nan; the step before: none this epoch\); "
+                                          r"last good checkpoint: \d+ in "):
     run.run()
   assert not (tmp_path / "results.json").exists()
   again = train.ContinualRun(config, tmp_path)

@@ -110,7 +110,7 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   params = jax.tree.map(lambda p, u: p + u, state.params, updates)
   new = state.replace(step=state.step + 1, params=params, batch_stats=new_stats, opt_state=opt_state)
   num_valid = jnp.sum(batch.valid).astype(jnp.float32)
-  return new, jnp.stack([loss, supcon, ird, z_norm, optax.global_norm(grads), num_valid])
+  return new, jnp.stack([loss, supcon, ird, z_norm, optax.tree.norm(grads), num_valid])
 
 
 def chunk_body(model, tx, aug_cfg, cfg: LossConfig):

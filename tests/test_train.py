@@ -104,8 +104,8 @@ def test_domain_incremental_run(tmp_path):
   assert a.shape == (2, 2) and np.isfinite(a[1]).all() and a[0, 0] > 30
 
 
-def _step_setup(method, normalize=True):
-  config = _two_tasks(method=method, **{"model.normalize_embedding": normalize, "train.ird_weight": 1.0})
+def _step_setup(method, normalize=True, **kw):
+  config = _two_tasks(method=method, **{"model.normalize_embedding": normalize, "train.ird_weight": 1.0, **kw})
   run = train.ContinualRun(config, tempfile.mkdtemp())
   pool = train.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, 64, 4, np.random.default_rng(0))
@@ -117,7 +117,9 @@ def _step_setup(method, normalize=True):
 def test_sd_with_every_dim_selected_equals_co2l():
   outs = []
   for method in ("co2l", "sd"):
-    run, chunk, past = _step_setup(method)
+    # Without BatchNorm: its batch statistics amplify the subset's renormalization rounding (grad_norm 0.2 %
+    # apart after 4 steps with it), and the point here is the selection, not BN.
+    run, chunk, past = _step_setup(method, **{"model.batch_norm": False})
     d = run.config.model.embedding_dim
     state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, jnp.full(4, 0.05))
     outs.append((state.params, m))

@@ -19,10 +19,9 @@ import sys
 import tempfile
 
 from absl import app, flags, logging
-import ml_collections
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, train
+from lasp_jax import baselines, config_lib, train
 from lasp_jax.errors import LaspError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -30,7 +29,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration fil
 
 def raw_pixels(config) -> dict:
   """{"raw_pixels": accuracy per metric} of ``config``'s final probe data."""
-  cfg = config_lib.override(ml_collections.ConfigDict(config.to_dict()), method="finetune", num_seeds=1)
+  cfg = config_lib.override(baselines.baseline_config(config, "finetune"), num_seeds=1)
   with tempfile.TemporaryDirectory() as workdir:
     run = train.ContinualRun(cfg, workdir)
     last = run.stream.num_tasks - 1

@@ -17,7 +17,6 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 import optax
 
 from lasp_jax import losses

@@ -130,7 +130,7 @@ def step_metrics(rows) -> np.ndarray:
   """Step metrics as a (steps, len(METRICS)) array. A partial epoch saved before z_norm and grad_norm
   existed (loss, supcon, ird, num_valid) gets NaN there, so such a checkpoint still resumes."""
   a = np.asarray(rows, np.float32)
-  if a.size and a.shape[-1] == 4 and len(METRICS) != 4:
+  if a.size and a.shape[-1] == 4:
     a = a.reshape(-1, 4)
     a = np.concatenate([a[:, :3], np.full((len(a), len(METRICS) - 4), np.nan, np.float32), a[:, 3:]], axis=1)
   return a.reshape(-1, len(METRICS))

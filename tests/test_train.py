@@ -244,3 +244,11 @@ def test_a_chunks_padded_tail_steps_do_not_run():
   np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)
   np.testing.assert_allclose(np.asarray(m4)[:2], m2, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), s4.params, s2.params)
+
+
+def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():
+  """A mid-epoch checkpoint of older code holds (loss, supcon, ird, num_valid) rows: NaN norms, num_valid kept."""
+  old = train.step_metrics([[1.0, 2.0, 3.0, 64.0]])
+  np.testing.assert_array_equal(old, [[1.0, 2.0, 3.0, np.nan, np.nan, 64.0]])
+  assert train.step_metrics([]).shape == (0, len(steps.METRICS))
+  np.testing.assert_array_equal(train.step_metrics(np.arange(12.0).reshape(2, 6)), np.arange(12.0).reshape(2, 6))

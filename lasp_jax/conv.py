@@ -2,7 +2,9 @@
 
 ``conv_grad_conv`` (``model.conv_backward=conv``, the CPU choice of both nets) computes a
 stride-1 convolution's gradients as canonical NHWC/HWIO forward convolutions (see
-``_conv_s1_bwd``) and strided ones with im2col; ``matmul_grad_conv`` uses im2col for all.
+``_conv_s1_bwd``) and strided ones with im2col; a stride-1 convolution of a one-channel
+image (the R-MNIST net's conv1) is one matmul against a row-Toeplitz weight matrix
+(``_one_channel_conv``). ``matmul_grad_conv`` uses im2col for all.
 The rest of this docstring describes the im2col path.
 
 XLA:CPU runs forward convolutions at a reasonable rate, but its convolution
@@ -21,6 +23,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 
@@ -99,6 +102,42 @@ def _conv_s1_bwd(padding, res, dy):
 _conv_s1.defvjp(_conv_s1_fwd, _conv_s1_bwd)
 
 
+# Output columns per row tile of ``_one_channel_conv``: 8 ran conv1 (28x28 -> 24x24x20, 512 images)
+# forward in 4.1 ms against 6.3 (4), 6.9 (12), 8.6 (24) and XLA's 15.8 ms (BENCHMARKS.md, session 10).
+_TILE = 8
+
+
+def _one_channel_conv(x, k, padding):
+  """A stride-1 NHWC/HWIO convolution of a one-channel image as a single matmul.
+
+  XLA:CPU's convolution kernel runs a 5x5 1->20 convolution at ~25 GFLOP/s (one input
+  channel leaves its inner loop nothing to vectorize over) and its weight gradient needs a
+  layout transpose of the whole output gradient. Here each output row is split in tiles of
+  ``t`` columns; a tile's ``kh`` input rows of ``t + kw - 1`` pixels (K values) times a
+  (K, t * O) row-Toeplitz matrix built from the kernel gives the tile's t x O outputs. That
+  does (t + kw - 1) / kw times the convolution's multiply-adds, as one well-shaped matmul
+  whose output is already NHWC; the kernel's gradient is JAX's gradient of that matmul and
+  of the (constant) Toeplitz construction. Values agree with XLA's to float32 rounding
+  (tests/test_conv.py).
+  """
+  (pt, pb), (pl, pr) = padding
+  xp = jnp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+  n, hp, wp, _ = xp.shape
+  kh, kw, _, o = k.shape
+  ho, wo = hp - kh + 1, wp - kw + 1
+  t = max(d for d in range(1, min(_TILE, wo) + 1) if wo % d == 0)
+  u = t + kw - 1
+  rows = jnp.stack([xp[:, i:i + ho, :, 0] for i in range(kh)], axis=2)  # (n, ho, kh, wp)
+  tiles = jnp.stack([rows[:, :, :, j * t:j * t + u] for j in range(wo // t)], axis=2)  # (n, ho, wo/t, kh, u)
+  # select[p, v, j] = 1 where input column p of a tile meets kernel column j at output column v.
+  select = np.zeros((u, t, kw), np.float32)
+  for v in range(t):
+    select[v + np.arange(kw), v, np.arange(kw)] = 1
+  toeplitz = jnp.einsum("pvj,ijo->ipvo", select.astype(k.dtype), k[:, :, 0, :]).reshape(kh * u, t * o)
+  y = tiles.reshape(-1, kh * u) @ toeplitz
+  return y.reshape(n, ho, wo, o)
+
+
 def _plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw) -> bool:
   """Undilated, ungrouped NHWC/HWIO with explicit padding: what the custom gradients handle."""
   return (lhs_dilation in (None, (1, 1)) and rhs_dilation in (None, (1, 1)) and feature_group_count == 1
@@ -111,7 +150,7 @@ def _custom_grad_conv(stride1_grads):
   """A drop-in for ``lax.conv_general_dilated`` (the signature Flax's nn.Conv calls) with custom gradients.
 
   ``stride1_grads``: stride-1 convolutions take forward-convolution gradients
-  (``_conv_s1``); otherwise, and for strided ones always, im2col gradients (``_conv``).
+  (``_conv_s1``), those of one-channel images are a matmul (``_one_channel_conv``); otherwise, and for strided ones always, im2col gradients (``_conv``).
   Anything but undilated, ungrouped NHWC/HWIO convolutions with explicit padding
   falls back to the plain convolution and XLA's gradients.
   """
@@ -121,6 +160,8 @@ def _custom_grad_conv(stride1_grads):
       return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
                                       dimension_numbers, feature_group_count, precision=precision, **kw)
     strides, padding = tuple(window_strides), tuple(tuple(p) for p in padding)
+    if stride1_grads and strides == (1, 1) and rhs.shape[2] == 1:
+      return _one_channel_conv(lhs, rhs, padding)
     if stride1_grads and strides == (1, 1):
       return _conv_s1(lhs, rhs, padding)
     return _conv(lhs, rhs, strides, padding)

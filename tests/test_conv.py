@@ -12,8 +12,9 @@ from lasp_jax.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
 @pytest.mark.parametrize("conv_fn", [matmul_grad_conv, conv_grad_conv], ids=["matmul", "conv"])
 @pytest.mark.parametrize("stride,padding,size", [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5),
                                                  (1, ((2, 0), (1, 2)), 3), (1, 0, 1)])
-def test_matches_xla_convolution(stride, padding, size, conv_fn):
-  x = jax.random.normal(jax.random.PRNGKey(0), (3, 12, 12, 4))
+@pytest.mark.parametrize("channels", [4, 1])  # one channel at stride 1: conv_grad_conv's row-Toeplitz matmul
+def test_matches_xla_convolution(stride, padding, size, conv_fn, channels):
+  x = jax.random.normal(jax.random.PRNGKey(0), (3, 12, 12, channels))
   plain = nn.Conv(8, (size, size), stride, padding=padding, use_bias=False)
   ours = plain.clone(conv_general_dilated=conv_fn)
   v = plain.init(jax.random.PRNGKey(1), x)
@@ -29,3 +30,21 @@ def test_backend_choice():
   for unresolved in ("cudnn", "auto"):  # auto is cpu_kernels.resolve's to resolve, per net
     with pytest.raises(ValueError, match="conv_backward"):
       conv_for_backend(unresolved)
+
+
+@pytest.mark.parametrize("width", [28, 13])  # output width 24: tiles of 8; 9: tiles of 3
+def test_one_channel_conv_is_a_matmul_within_float32_rounding_of_float64(width):
+  """conv1 of the R-MNIST net (5x5, 1 -> 20) under conv_grad_conv: no convolution in its program, values and
+  kernel gradient within float32 rounding of a float64 im2col computation."""
+  rng = np.random.default_rng(0)
+  x = rng.standard_normal((16, 28, width, 1)).astype(np.float32)
+  k = (0.2 * rng.standard_normal((5, 5, 1, 20))).astype(np.float32)
+  dy = rng.standard_normal((16, 24, width - 4, 20)).astype(np.float32)
+  conv = lambda k: conv_grad_conv(jnp.asarray(x), k, (1, 1), ((0, 0), (0, 0)))
+  assert "convolution(" not in jax.jit(conv).lower(jnp.asarray(k)).as_text(dialect="hlo")
+  y, vjp = jax.vjp(conv, jnp.asarray(k))
+  cols = np.stack([x[:, i:i + 24, j:j + width - 4, 0] for i in range(5) for j in range(5)], -1).astype(np.float64)
+  y64 = cols @ k.reshape(25, 20).astype(np.float64)
+  dk64 = np.einsum("nhwp,nhwo->po", cols, dy.astype(np.float64)).reshape(k.shape)
+  np.testing.assert_allclose(y, y64, rtol=0, atol=1e-6 * np.abs(y64).max())
+  np.testing.assert_allclose(vjp(jnp.asarray(dy))[0], dk64, rtol=0, atol=1e-6 * np.abs(dk64).max())

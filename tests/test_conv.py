@@ -9,10 +9,16 @@ import pytest
 from lasp_jax.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
 
 
-@pytest.mark.parametrize("conv_fn", [matmul_grad_conv, conv_grad_conv], ids=["matmul", "conv"])
-@pytest.mark.parametrize("stride,padding,size", [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5),
-                                                 (1, ((2, 0), (1, 2)), 3), (1, 0, 1)])
-@pytest.mark.parametrize("channels", [4, 1])  # one channel at stride 1: conv_grad_conv's row-Toeplitz matmul
+CASES = [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5), (1, ((2, 0), (1, 2)), 3), (1, 0, 1)]
+
+
+# Four input channels through every path; one channel at stride 1 through conv_grad_conv's row-Toeplitz matmul.
+@pytest.mark.parametrize("conv_fn,stride,padding,size,channels",
+                         [pytest.param(f, *case, 4, id=f"{name}-{i}-c4")
+                          for name, f in (("matmul", matmul_grad_conv), ("conv", conv_grad_conv))
+                          for i, case in enumerate(CASES)]
+                         + [pytest.param(conv_grad_conv, *case, 1, id=f"conv-{i}-c1")
+                            for i, case in enumerate(CASES) if case[0] == 1])
 def test_matches_xla_convolution(stride, padding, size, conv_fn, channels):
   x = jax.random.normal(jax.random.PRNGKey(0), (3, 12, 12, channels))
   plain = nn.Conv(8, (size, size), stride, padding=padding, use_bias=False)

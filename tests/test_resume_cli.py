@@ -11,7 +11,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # sd_gm: the resumed run must also restore the SD mask and the GM salience held in the optimizer state.
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
-        "--config.train.epochs=1", "--config.train.checkpoint_every_steps=4", "--config.method=sd_gm"]
+        "--config.train.epochs=1", "--config.train.checkpoint_every_steps=8", "--config.method=sd_gm"]
 TIMING = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s"}
 
 

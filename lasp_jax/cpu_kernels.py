@@ -9,8 +9,9 @@ Two choices, each ``auto`` by default and resolved here only:
   (``CpuKernels.ynn_keeps``): the convolutions go to XLA's own (Eigen) kernels; the
   compiled HLO shows a ``convolution`` instead of a ``__ynn_fusion``.
 * ``model.conv_backward``: ``matmul`` (conv.py's im2col gradients), ``conv``
-  (conv.py: stride-1 gradients as forward convolutions, im2col for strided ones) or
-  ``xla`` (JAX's own transposes).
+  (conv.py: stride-1 gradients as forward convolutions, im2col for strided ones; a
+  stride-1 convolution of a one-channel image, the R-MNIST net's conv1, is a
+  row-Toeplitz matmul, forward and gradient) or ``xla`` (JAX's own transposes).
 
 Measured on this project's 2-core x86 CPU, JAX 0.10.2 (BENCHMARKS.md, "CPU
 speed"): the R-MNIST net's 5x5 20->50 conv on 512 images takes 65-82 ms forward

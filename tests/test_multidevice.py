@@ -7,11 +7,13 @@ import sys
 
 import numpy as np
 
+from tests.conftest import xla_flags
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_one_device_equals_four_devices(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", PYTHONPATH=str(REPO))
+  env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), PYTHONPATH=str(REPO))
   out = subprocess.run([sys.executable, "tests/multidevice_check.py", str(tmp_path)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stderr[-4000:]

@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 
+from tests.conftest import xla_flags
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 SINGLE = """
@@ -36,7 +38,7 @@ def test_two_processes_train_a_chunk_as_one_process_with_four_devices(tmp_path):
   for p, (_, err) in zip(procs, outs):
     assert p.returncode == 0, err[-4000:]
   single = subprocess.run([sys.executable, "-c", SINGLE, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                          env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"), timeout=600)
+                          env=dict(env, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4")), timeout=600)
   assert single.returncode == 0, single.stderr[-4000:]
   multi, one = np.load(tmp_path / "multi.npz"), np.load(tmp_path / "single.npz")
   assert sorted(multi.files) == sorted(one.files) and any(k.startswith("s") for k in one.files)

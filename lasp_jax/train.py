@@ -184,6 +184,24 @@ def warn_if_collapsed(t: int, grad_norms, ratio: float = 1e-3) -> bool:
   return collapsed
 
 
+def warn_if_diverging(t: int, z_norms, ratio: float = 20.0) -> bool:
+  """One line on stderr when task t's last epoch's mean embedding norm is over ``ratio`` x the run's first epoch's.
+
+  Without L2 normalization (R-MNIST's net) SupCon's logits z.z'/tau reward a larger scale and nothing bounds
+  it: at too high a learning rate the norm runs away (0.7 -> 4e15 within an epoch on the tiny net at lr 0.05,
+  session 10) before the loss turns non-finite. A healthy run grows slowly (configs/mnist5k_rot.py Co2L:
+  0.75 -> 1.59 over 5 tasks). Normalized embeddings have norm 1 and never warn.
+  """
+  norms = np.asarray(z_norms, np.float64)
+  norms = norms[np.isfinite(norms)]
+  diverging = len(norms) >= 2 and norms[-1] > ratio * norms[0]
+  if diverging:
+    tqdm.tqdm.write(f"warning: task {t}'s embedding norm grew to {norms[-1]:.3g} ({norms[0]:.3g} in the run's first "
+                    f"epoch): the unnormalized embeddings are diverging; lower train.lr or set "
+                    f"model.normalize_embedding=True", file=sys.stderr)
+  return diverging
+
+
 # ------------------------------------------------------------------------------ the run
 
 class ContinualRun:
@@ -364,6 +382,7 @@ class ContinualRun:
     bar.close()
     warn_if_not_learning(t, [c["loss"] for c in self.host["curves"] if c["task"] == t])
     warn_if_collapsed(t, [c.get("grad_norm", np.nan) for c in self.host["curves"]])
+    warn_if_diverging(t, [c.get("z_norm", np.nan) for c in self.host["curves"]])
 
   def train_task(self, t: int) -> None:
     c, plan = self.config, self.task_plan(t)

@@ -205,6 +205,15 @@ def test_a_collapsed_task_is_warned(capsys):
   assert err.count("gradient vanished") == 2 and "task 3's gradient vanished (0.0003 in its last epoch" in err
 
 
+def test_a_diverging_embedding_norm_is_warned(capsys):
+  assert not train.warn_if_diverging(4, [0.75, 0.87, 1.04, 1.09, 1.18, 1.26, 1.59])  # mnist5k_rot Co2L, healthy
+  assert train.warn_if_diverging(1, [0.68, 0.62, 15.6])  # the tiny Domain-IL run at lr 0.05 (im2col gradients)
+  assert train.warn_if_diverging(1, [float("nan"), 0.7, 3.9e15])  # NaN: a resumed run's older epochs
+  assert not train.warn_if_diverging(0, [1.0] * 5) and not train.warn_if_diverging(0, [0.7])
+  err = capsys.readouterr().err
+  assert err.count("embedding norm grew") == 2 and "task 1's embedding norm grew to 15.6 (0.68 in" in err
+
+
 def test_a_task_whose_loss_does_not_fall_is_warned(tmp_path, capsys):
   assert not train.warn_if_not_learning(0, [5.0, 4.0]) and train.warn_if_not_learning(0, [5.0, 5.0])
   assert not train.warn_if_not_learning(0, [5.0])  # one epoch: nothing to compare

@@ -150,7 +150,8 @@ def _custom_grad_conv(stride1_grads):
   """A drop-in for ``lax.conv_general_dilated`` (the signature Flax's nn.Conv calls) with custom gradients.
 
   ``stride1_grads``: stride-1 convolutions take forward-convolution gradients
-  (``_conv_s1``), those of one-channel images are a matmul (``_one_channel_conv``); otherwise, and for strided ones always, im2col gradients (``_conv``).
+  (``_conv_s1``), those of one-channel images are a matmul (``_one_channel_conv``);
+  otherwise, and for strided ones always, im2col gradients (``_conv``).
   Anything but undilated, ungrouped NHWC/HWIO convolutions with explicit padding
   falls back to the plain convolution and XLA's gradients.
   """
@@ -160,10 +161,8 @@ def _custom_grad_conv(stride1_grads):
       return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
                                       dimension_numbers, feature_group_count, precision=precision, **kw)
     strides, padding = tuple(window_strides), tuple(tuple(p) for p in padding)
-    if stride1_grads and strides == (1, 1) and rhs.shape[2] == 1:
-      return _one_channel_conv(lhs, rhs, padding)
     if stride1_grads and strides == (1, 1):
-      return _conv_s1(lhs, rhs, padding)
+      return _one_channel_conv(lhs, rhs, padding) if rhs.shape[2] == 1 else _conv_s1(lhs, rhs, padding)
     return _conv(lhs, rhs, strides, padding)
   return conv
 

@@ -12,15 +12,18 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # Under pytest-xdist (the README's `-n 2`) each worker runs XLA:CPU's Eigen kernels on one thread: two
 # workers with two threads each oversubscribed the two cores (suite 10 min 30 s -> 7 min 54 s, user CPU
 # 19.9 -> 14.8 min; BENCHMARKS.md, session 10). The programs are the same; only Eigen's split of the work
-# over threads changes, i.e. float summation order. Set before any test imports jax; subprocesses inherit it.
+# over threads changes, i.e. float summation order. Set before any test imports jax; subprocesses inherit it
+# (and those that import this module, inheriting PYTEST_XDIST_WORKER too, find it set already).
 SINGLE_THREAD_FLAG = "--xla_cpu_multi_thread_eigen=false"
-if os.environ.get("PYTEST_XDIST_WORKER"):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SINGLE_THREAD_FLAG}".strip()
 
 
 def xla_flags(*flags: str) -> str:
   """XLA_FLAGS for a subprocess: ``flags`` after this process's own (the worker's single-thread flag)."""
   return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
+
+
+if os.environ.get("PYTEST_XDIST_WORKER") and SINGLE_THREAD_FLAG not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = xla_flags(SINGLE_THREAD_FLAG)
 
 
 def golden_dir() -> pathlib.Path:

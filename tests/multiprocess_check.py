@@ -10,7 +10,9 @@ multidevice_check.py runs. Process 0 saves the trained weights and metrics.
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=2".strip()
+from tests.conftest import xla_flags  # imports no jax: the flags below are set before jax loads
+
+os.environ["XLA_FLAGS"] = xla_flags("--xla_force_host_platform_device_count=2")
 
 import jax  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top

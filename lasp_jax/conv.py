@@ -2,7 +2,9 @@
 
 ``conv_grad_conv`` (``model.conv_backward=conv``, the CPU choice of both nets) computes a
 stride-1 convolution's gradients as canonical NHWC/HWIO forward convolutions (see
-``_conv_s1_bwd``) and strided ones with im2col; a stride-1 convolution of a one-channel
+``_conv_s1_bwd``; the input gradient as a matmul and col2im instead where the full
+correlation would do at least twice the convolution's work, as for the R-MNIST net's
+conv2) and strided ones with im2col; a stride-1 convolution of a one-channel
 image (the R-MNIST net's conv1) is one matmul against a row-Toeplitz weight matrix
 (``_one_channel_conv``). ``matmul_grad_conv`` uses im2col for all.
 The rest of this docstring describes the im2col path.
@@ -90,9 +92,12 @@ def _conv_s1_bwd(padding, res, dy):
   x, k = res
   kh, kw = k.shape[:2]
   (pt, pb), (pl, pr) = padding
-  # dx: full correlation of dy with the flipped kernel, its in/out channels swapped.
-  dx = _fwd_conv(dy, jnp.flip(k, (0, 1)).transpose(0, 1, 3, 2),
-                 ((kh - 1 - pt, kh - 1 - pb), (kw - 1 - pl, kw - 1 - pr)))
+  if _full_correlation_waste(x.shape, dy.shape) >= _COL2IM_MIN_WASTE:
+    dx = _col2im_dx(dy, k, padding, x.shape)
+  else:
+    # dx: full correlation of dy with the flipped kernel, its in/out channels swapped.
+    dx = _fwd_conv(dy, jnp.flip(k, (0, 1)).transpose(0, 1, 3, 2),
+                   ((kh - 1 - pt, kh - 1 - pb), (kw - 1 - pl, kw - 1 - pr)))
   # dk[i, j, c, o] = sum_{n,h,w} xp[n, h+i, w+j, c] dy[n, h, w, o]: a convolution over the
   # spatial dims with the batch as the contracted feature dim (x as C,H,W,N; dy as H,W,N,O).
   dk = _fwd_conv(x.transpose(3, 1, 2, 0), dy.transpose(1, 2, 0, 3), padding).transpose(1, 2, 0, 3)
@@ -100,6 +105,39 @@ def _conv_s1_bwd(padding, res, dy):
 
 
 _conv_s1.defvjp(_conv_s1_fwd, _conv_s1_bwd)
+
+
+# A stride-1 input gradient takes col2im once the full correlation would do this many times the
+# convolution's multiply-adds (see _full_correlation_waste).
+_COL2IM_MIN_WASTE = 2.0
+
+
+def _full_correlation_waste(x_shape, dy_shape) -> float:
+  """The full correlation's multiply-adds over the convolution's: (input area) / (output area).
+
+  The full correlation slides the kernel over every input position, the convolution over every
+  output position. The R-MNIST net's conv2 (5x5 VALID, 12x12 -> 8x8): 2.25; a padded 3x3
+  "SAME" convolution (ResNet): 1.
+  """
+  return (x_shape[1] * x_shape[2]) / (dy_shape[1] * dy_shape[2])
+
+
+def _col2im_dx(dy, k, padding, x_shape):
+  """A stride-1 input gradient as one matmul (``dy @ k^T``: each output pixel's patch gradient) and col2im.
+
+  Only the convolution's own multiply-adds, then a sum of kh*kw shifted slices that XLA fuses
+  into one loop. For the R-MNIST net's conv2 (512 images, this project's 2-core AMD EPYC) 55-60 ms
+  against the full correlation's 120 ms (BENCHMARKS.md, session 11).
+  """
+  kh, kw, c, o = k.shape
+  n, ho, wo, _ = dy.shape
+  (pt, pb), (pl, pr) = padding
+  hp, wp = x_shape[1] + pt + pb, x_shape[2] + pl + pr
+  dcols = (dy.reshape(-1, o) @ k.reshape(-1, o).T).reshape(n, ho, wo, kh, kw, c)
+  dxp = sum(lax.pad(dcols[:, :, :, i, j, :], jnp.zeros((), dy.dtype),
+                    [(0, 0, 0), (i, hp - i - ho, 0), (j, wp - j - wo, 0), (0, 0, 0)])
+            for i in range(kh) for j in range(kw))
+  return dxp[:, pt:hp - pb, pl:wp - pr, :]
 
 
 # Output columns per row tile of ``_one_channel_conv``: 8 ran conv1 (28x28 -> 24x24x20, 512 images)

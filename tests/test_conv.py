@@ -54,3 +54,20 @@ def test_one_channel_conv_is_a_matmul_within_float32_rounding_of_float64(width):
   dk64 = np.einsum("nhwp,nhwo->po", cols, dy.astype(np.float64)).reshape(k.shape)
   np.testing.assert_allclose(y, y64, rtol=0, atol=1e-6 * np.abs(y64).max())
   np.testing.assert_allclose(vjp(jnp.asarray(dy))[0], dk64, rtol=0, atol=1e-6 * np.abs(dk64).max())
+
+
+def test_wasteful_input_gradient_is_col2im_within_float32_rounding_of_float64():
+  """conv2 of the R-MNIST net (5x5 VALID, 12x12 -> 8x8, 20 -> 50): its full correlation would do 2.25x the
+  convolution's work, so conv_grad_conv's input gradient is a matmul and col2im (no convolution in the
+  program of dx alone), within float32 rounding of a float64 scatter of dy @ k^T."""
+  rng = np.random.default_rng(1)
+  x = rng.standard_normal((8, 12, 12, 20)).astype(np.float32)
+  k = (0.05 * rng.standard_normal((5, 5, 20, 50))).astype(np.float32)
+  dy = rng.standard_normal((8, 8, 8, 50)).astype(np.float32)
+  dx_fn = lambda x, dy: jax.vjp(lambda x: conv_grad_conv(x, jnp.asarray(k), (1, 1), ((0, 0), (0, 0))), x)[1](dy)[0]
+  assert "convolution(" not in jax.jit(dx_fn).lower(jnp.asarray(x), jnp.asarray(dy)).as_text(dialect="hlo")
+  dx64 = np.zeros(x.shape)
+  for i in range(5):
+    for j in range(5):
+      dx64[:, i:i + 8, j:j + 8, :] += dy.astype(np.float64) @ k[i, j].T.astype(np.float64)
+  np.testing.assert_allclose(dx_fn(jnp.asarray(x), jnp.asarray(dy)), dx64, rtol=0, atol=1e-6 * np.abs(dx64).max())

@@ -141,7 +141,9 @@ def _col2im_dx(dy, k, padding, x_shape):
 
 
 # Output columns per row tile of ``_one_channel_conv``: 8 ran conv1 (28x28 -> 24x24x20, 512 images)
-# forward in 4.1 ms against 6.3 (4), 6.9 (12), 8.6 (24) and XLA's 15.8 ms (BENCHMARKS.md, session 10).
+# forward in 4.1 ms against 6.3 (4), 6.9 (12), 8.6 (24) and XLA's 15.8 ms on the Intel Xeon of session 10;
+# on session 11's AMD EPYC 15.9 ms against 12.5 (4), 14.7 (6) and XLA's 29.6, with no difference the
+# whole step's noise could show (BENCHMARKS.md, session 11).
 _TILE = 8
 
 

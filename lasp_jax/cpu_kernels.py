@@ -32,6 +32,12 @@ padded/strided convolutions take minutes, so it never uses ``xla`` gradients. Th
 R-MNIST net (and its BN variant, configs/mnist5k.py) gained nothing from keeping
 ``REDUCE`` (within the noise), so it keeps dots only. On GPU/TPU no option applies.
 All paths agree to float32 rounding (tests/test_cpu_kernels.py, tests/test_conv.py).
+
+The figures above are from the 2-vCPU Intel Xeon (AVX-512) of sessions 4-10. Session 11 ran
+on a 2-vCPU AMD EPYC (Zen 1, AVX2 only) and re-checked the choices there (BENCHMARKS.md,
+session 11): ResNet-18's step (batch 32, past model) 5.3 s as chosen, 11.7 s with YNNPACK
+convolutions, 6.1 s with ``matmul`` gradients, 5.9 s keeping only YNNPACK's dots; the
+R-MNIST net's YNNPACK fusion types within the noise of each other. The choices stand on both.
 """
 
 from __future__ import annotations

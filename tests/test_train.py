@@ -204,6 +204,7 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   c = cifar10.get_config()
   c.data.source = "tfds"
   c.data.num_tasks = 2  # the input path is the point; 2 tasks keep it short
+  c.method = "co2l"  # and no mask search to compile (SD on CIFAR-shaped data: test_experiments' tiny runs)
   c.model.width, c.model.num_blocks, c.model.embedding_dim = 0.0625, (1, 1), 16
   c.train.batch_size, c.train.epochs_first, c.train.epochs, c.train.warmup_epochs = 16, 1, 1, 1
   c.memory.size, c.lasp.restarts, c.lasp.steps = 10, 4, 3

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import platform
 import time
 
 import jax
@@ -23,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
-from lasp_jax import cpu_kernels, losses, mask_search, salience
+from lasp_jax import cpu_kernels, losses, mask_search, provenance, salience
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
 
@@ -289,13 +288,14 @@ def main(argv):
     rows += race_rows
   if "dtype" in only:  # last: its bf16 matmuls come after every other row (see bench_dtypes)
     rows += bench_dtypes(FLAGS.repeats)
-  device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({platform.processor() or platform.machine()})"
+  device = f"{jax.devices()[0].device_kind} x{jax.device_count()}, host {provenance.cpu_model()}"
   print(f"device: {device}")
   print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput")
   for r in rows:
     print(f"{r['component']:40} {r['shape']:32} {r['median_s']:>10} {r.get('compile_s', ''):>10}  {r['throughput']}")
   with open(FLAGS.out, "w") as f:
-    json.dump({"device": device, "rows": rows, "cpu_race": race}, f, indent=1)
+    json.dump({"device": device, "git_commit": provenance.provenance()["git_commit"], "rows": rows,
+               "cpu_race": race}, f, indent=1)
   if race is not None:
     print(json.dumps(race))  # last line: the race's ratios, machine-readable
 

@@ -9,7 +9,10 @@ import pytest
 from lasp_jax.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
 
 
-CASES = [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5), (1, ((2, 0), (1, 2)), 3), (1, 0, 1)]
+# (stride, padding, kernel size) on 12x12 images. Stride-1 cases 3 and 6 make conv_grad_conv's input gradient a
+# matmul and col2im (input area / output area 2.25, case 6 with uneven padding).
+CASES = [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5), (1, ((2, 0), (1, 2)), 3), (1, 0, 1),
+         (1, ((2, 0), (0, 2)), 7)]
 
 
 # Four input channels through every path; one channel at stride 1 through conv_grad_conv's row-Toeplitz matmul.

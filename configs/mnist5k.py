@@ -9,11 +9,13 @@ SD with the mask search on ``onlycurrent``, batch 64, 10 + 4 x 5 epochs under th
 per-step cosine, the converged L-BFGS read-out after every task. Why each of
 these: results/README.md, "Diagnosis".
 
-Runtime on 2 CPU cores (session 10): 44 s for the SD run from an empty compilation
-cache; 1 min 41 s with --baselines (finetune and joint too). Seed 0: SD Class-IL
-86.2 %, Task-IL 98.8 %; finetune 87.4 / 97.9; joint 93.3 / 98.9; raw pixels
+Runtime on 2 CPU cores, Intel Xeon (session 10): 44 s for the SD run from an empty
+compilation cache; 1 min 41 s with --baselines (finetune and joint too). Seed 0: SD
+Class-IL 86.2 %, Task-IL 98.8 %; finetune 87.4 / 97.9; joint 93.3 / 98.9; raw pixels
 78.6 / 97.0 (chance 10 / 50). Seeds 0-2 (--config.num_seeds=3, 1 min 36 s):
-SD 84.5 (1.9) / 98.6 (0.3). No paper number at this scale.
+SD 84.5 (1.9) / 98.6 (0.3). On 2 cores of an AMD EPYC (Zen 1, session 11): 2 min 55 s
+with --baselines, the SD run 72 s; seed 0 SD 85.3 / 98.5, finetune 84.9 / 97.7, joint
+93.1 / 99.0 (another CPU's float rounding). No paper number at this scale.
 """
 
 from lasp_jax.default_config import base_config

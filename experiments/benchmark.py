@@ -8,13 +8,15 @@ ResNet-18 next to one forward+backward on the same images; two-view augmentation
 a linear-probe epoch; one small-scale task end to end; and each phase of the published
 Split-CIFAR10 SD run (ResNet-18, batch 512, memory 500, CIFAR-shaped random data)
 timed once compiled and projected to the full 500 + 4 x 100-epoch schedule with probes.
-Nothing here asserts a time.
+Nothing here asserts a time. The JSON is rewritten after every section (``complete: false`` until
+the last one), so a run that is killed keeps what it measured.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 
 import jax
@@ -260,43 +262,63 @@ def bench_dtypes(repeats):
   return rows
 
 
+def _save(rows, race, complete: bool):
+  """Writes the JSON atomically (a temporary file, then a rename): a killed run leaves the sections done so far,
+  marked ``complete: false``, and never a half-written file."""
+  device = f"{jax.devices()[0].device_kind} x{jax.device_count()}, host {provenance.cpu_model()}"
+  tmp = FLAGS.out + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump({"device": device, "git_commit": provenance.provenance()["git_commit"], "complete": complete,
+               "rows": rows, "cpu_race": race}, f, indent=1)
+  os.replace(tmp, FLAGS.out)
+  return device
+
+
+def _print_rows(rows):
+  for r in rows:
+    print(f"{r['component']:40} {r['shape']:32} {r['median_s']:>10} {r.get('compile_s', ''):>10}  {r['throughput']}",
+          flush=True)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task", "aug", "projection"}
+  if "cpu_race" in only and not FLAGS.torch_python:  # before any section runs
+    raise app.UsageError("--only=cpu_race needs --torch_python=PY (a python with torch)", exitcode=2)
   batch = 32 if FLAGS.quick else FLAGS.batch
   eb_n = 64 if FLAGS.quick else FLAGS.eb_images
-  rows = []
-  if "step" in only:
-    rows += [bench_step(batch, jnp.float32, FLAGS.repeats), bench_step(batch, jnp.bfloat16, FLAGS.repeats)]
-  if "search" in only:
-    rows += [bench_search(k, FLAGS.repeats) for k in (1, 32, 300)]
-  if "eb" in only:
-    rows += bench_eb(eb_n, FLAGS.repeats)
-  if "aug" in only:
-    rows.append(bench_augment(batch, FLAGS.repeats))
-  if "probe" in only or "task" in only:
-    rows += bench_probe_and_task(FLAGS.repeats)
-  if "projection" in only:
-    rows += bench_projection(FLAGS.quick)
-  race = None
-  if "cpu_race" in only:
+  race = {}
+
+  def run_race():
     from experiments import cpu_race  # pylint: disable=g-import-not-at-top
-    if not FLAGS.torch_python:
-      raise app.UsageError("--only=cpu_race needs --torch_python=PY (a python with torch)")
-    race_rows, race = cpu_race.race(FLAGS.torch_python, quick=FLAGS.quick)
-    rows += race_rows
-  if "dtype" in only:  # last: its bf16 matmuls come after every other row (see bench_dtypes)
-    rows += bench_dtypes(FLAGS.repeats)
-  device = f"{jax.devices()[0].device_kind} x{jax.device_count()}, host {provenance.cpu_model()}"
-  print(f"device: {device}")
-  print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput")
-  for r in rows:
-    print(f"{r['component']:40} {r['shape']:32} {r['median_s']:>10} {r.get('compile_s', ''):>10}  {r['throughput']}")
-  with open(FLAGS.out, "w") as f:
-    json.dump({"device": device, "git_commit": provenance.provenance()["git_commit"], "rows": rows,
-               "cpu_race": race}, f, indent=1)
-  if race is not None:
+    race_rows, summary = cpu_race.race(FLAGS.torch_python, quick=FLAGS.quick)
+    race.update(summary)
+    return race_rows
+
+  # In this order; dtype last: its bf16 matmuls come after every other row (see bench_dtypes).
+  sections = [
+      ("step", lambda: [bench_step(batch, jnp.float32, FLAGS.repeats), bench_step(batch, jnp.bfloat16, FLAGS.repeats)]),
+      ("search", lambda: [bench_search(k, FLAGS.repeats) for k in (1, 32, 300)]),
+      ("eb", lambda: bench_eb(eb_n, FLAGS.repeats)),
+      ("aug", lambda: [bench_augment(batch, FLAGS.repeats)]),
+      ("probe", lambda: bench_probe_and_task(FLAGS.repeats)),
+      ("projection", lambda: bench_projection(FLAGS.quick)),
+      ("cpu_race", run_race),
+      ("dtype", lambda: bench_dtypes(FLAGS.repeats)),
+  ]
+  wanted = only | ({"probe"} if "task" in only else set())
+  rows = []
+  print(f"device: {_save(rows, None, complete=False)}")
+  print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput", flush=True)
+  for name, bench in sections:
+    if name in wanted:
+      new = bench()
+      _print_rows(new)
+      rows += new
+      _save(rows, race or None, complete=False)
+  _save(rows, race or None, complete=True)
+  if race:
     print(json.dumps(race))  # last line: the race's ratios, machine-readable
 
 

@@ -262,16 +262,14 @@ def bench_dtypes(repeats):
   return rows
 
 
-def _save(rows, race, complete: bool):
+def _save(device, rows, race, complete: bool):
   """Writes the JSON atomically (a temporary file, then a rename): a killed run leaves the sections done so far,
   marked ``complete: false``, and never a half-written file."""
-  device = f"{jax.devices()[0].device_kind} x{jax.device_count()}, host {provenance.cpu_model()}"
   tmp = FLAGS.out + ".tmp"
   with open(tmp, "w") as f:
     json.dump({"device": device, "git_commit": provenance.provenance()["git_commit"], "complete": complete,
                "rows": rows, "cpu_race": race}, f, indent=1)
   os.replace(tmp, FLAGS.out)
-  return device
 
 
 def _print_rows(rows):
@@ -309,15 +307,17 @@ def main(argv):
   ]
   wanted = only | ({"probe"} if "task" in only else set())
   rows = []
-  print(f"device: {_save(rows, None, complete=False)}")
+  device = f"{jax.devices()[0].device_kind} x{jax.device_count()}, host {provenance.cpu_model()}"
+  _save(device, rows, None, complete=False)
+  print(f"device: {device}")
   print(f"{'component':40} {'shape':32} {'median s':>10} {'compile s':>10}  throughput", flush=True)
   for name, bench in sections:
     if name in wanted:
       new = bench()
       _print_rows(new)
       rows += new
-      _save(rows, race or None, complete=False)
-  _save(rows, race or None, complete=True)
+      _save(device, rows, race or None, complete=False)
+  _save(device, rows, race or None, complete=True)
   if race:
     print(json.dumps(race))  # last line: the race's ratios, machine-readable
 

@@ -45,24 +45,36 @@ def _conv_fwd(x, k, strides, padding):
   return _conv(x, k, strides, padding), (x, k)
 
 
-def _conv_bwd(strides, padding, res, dy):
-  x, k = res
+def _col2im_dx(dy, k, strides, padding, x_shape):
+  """The input gradient as one matmul (``dy @ k^T``: each output pixel's patch gradient) and col2im.
+
+  Only the convolution's own multiply-adds, then a sum of kh*kw shifted (for strides, dilated)
+  slices that XLA fuses into one loop. The im2col path's input gradient at every stride, and the
+  stride-1 one where the full correlation would waste work (``_conv_s1_bwd``): for the R-MNIST
+  net's conv2 (512 images, session 11's 2-core AMD EPYC) 55-60 ms against the full correlation's
+  120 ms (BENCHMARKS.md, session 11).
+  """
   kh, kw, c, o = k.shape
   n, ho, wo, _ = dy.shape
-  xp = jnp.pad(x, ((0, 0), padding[0], padding[1], (0, 0)))
-  cols = _patches(xp, kh, kw, strides, (ho, wo)).reshape(-1, kh * kw * c)
-  dy2 = dy.reshape(-1, o)
-  dk = (cols.T @ dy2).reshape(k.shape).astype(k.dtype)
-  dcols = (dy2 @ k.reshape(-1, o).T).reshape(n, ho, wo, kh, kw, c)
-  hp, wp = xp.shape[1], xp.shape[2]
-  (sh, sw) = strides
-  dxp = jnp.zeros(xp.shape, dy.dtype)
+  (sh, sw), ((pt, pb), (pl, pr)) = strides, padding
+  hp, wp = x_shape[1] + pt + pb, x_shape[2] + pl + pr
+  dcols = (dy.reshape(-1, o) @ k.reshape(-1, o).T).reshape(n, ho, wo, kh, kw, c)
+  dxp = jnp.zeros((n, hp, wp, c), dy.dtype)
   for i in range(kh):
     for j in range(kw):
       cfg = [(0, 0, 0), (i, hp - i - sh * (ho - 1) - 1, sh - 1), (j, wp - j - sw * (wo - 1) - 1, sw - 1), (0, 0, 0)]
       dxp = dxp + lax.pad(dcols[:, :, :, i, j, :], jnp.zeros((), dy.dtype), cfg)
-  dx = dxp[:, padding[0][0]:hp - padding[0][1], padding[1][0]:wp - padding[1][1], :].astype(x.dtype)
-  return dx, dk
+  return dxp[:, pt:hp - pb, pl:wp - pr, :]
+
+
+def _conv_bwd(strides, padding, res, dy):
+  x, k = res
+  kh, kw, c, o = k.shape
+  _, ho, wo, _ = dy.shape
+  xp = jnp.pad(x, ((0, 0), padding[0], padding[1], (0, 0)))
+  cols = _patches(xp, kh, kw, strides, (ho, wo)).reshape(-1, kh * kw * c)
+  dk = (cols.T @ dy.reshape(-1, o)).reshape(k.shape).astype(k.dtype)
+  return _col2im_dx(dy, k, strides, padding, x.shape).astype(x.dtype), dk
 
 
 _conv.defvjp(_conv_fwd, _conv_bwd)
@@ -93,7 +105,7 @@ def _conv_s1_bwd(padding, res, dy):
   kh, kw = k.shape[:2]
   (pt, pb), (pl, pr) = padding
   if _full_correlation_waste(x.shape, dy.shape) >= _COL2IM_MIN_WASTE:
-    dx = _col2im_dx(dy, k, padding, x.shape)
+    dx = _col2im_dx(dy, k, (1, 1), padding, x.shape)
   else:
     # dx: full correlation of dy with the flipped kernel, its in/out channels swapped.
     dx = _fwd_conv(dy, jnp.flip(k, (0, 1)).transpose(0, 1, 3, 2),
@@ -120,24 +132,6 @@ def _full_correlation_waste(x_shape, dy_shape) -> float:
   "SAME" convolution (ResNet): 1.
   """
   return (x_shape[1] * x_shape[2]) / (dy_shape[1] * dy_shape[2])
-
-
-def _col2im_dx(dy, k, padding, x_shape):
-  """A stride-1 input gradient as one matmul (``dy @ k^T``: each output pixel's patch gradient) and col2im.
-
-  Only the convolution's own multiply-adds, then a sum of kh*kw shifted slices that XLA fuses
-  into one loop. For the R-MNIST net's conv2 (512 images, this project's 2-core AMD EPYC) 55-60 ms
-  against the full correlation's 120 ms (BENCHMARKS.md, session 11).
-  """
-  kh, kw, c, o = k.shape
-  n, ho, wo, _ = dy.shape
-  (pt, pb), (pl, pr) = padding
-  hp, wp = x_shape[1] + pt + pb, x_shape[2] + pl + pr
-  dcols = (dy.reshape(-1, o) @ k.reshape(-1, o).T).reshape(n, ho, wo, kh, kw, c)
-  dxp = sum(lax.pad(dcols[:, :, :, i, j, :], jnp.zeros((), dy.dtype),
-                    [(0, 0, 0), (i, hp - i - ho, 0), (j, wp - j - wo, 0), (0, 0, 0)])
-            for i in range(kh) for j in range(kw))
-  return dxp[:, pt:hp - pb, pl:wp - pr, :]
 
 
 # Output columns per row tile of ``_one_channel_conv``: 8 ran conv1 (28x28 -> 24x24x20, 512 images)

@@ -28,11 +28,14 @@ class TrainState:
     return {"params": self.params, "batch_stats": self.batch_stats}
 
 
+@functools.lru_cache(maxsize=None)
 def make_optimizer(*, momentum: float, weight_decay: float) -> optax.GradientTransformation:
   """PyTorch SGD (momentum, coupled weight decay on every parameter), with GM first.
 
   The learning rate is an injected hyperparameter, set by the train step from
-  the host-computed schedule, so one compiled step serves every task.
+  the host-computed schedule, so one compiled step serves every task. Cached: runs
+  with the same settings get the same object, so their compiled chunk is shared
+  (steps.make_chunk_fn).
   """
 
   def build(learning_rate):

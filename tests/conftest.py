@@ -1,5 +1,6 @@
 """Shared test fixtures: golden-file discovery and small helpers."""
 
+import functools
 import glob
 import os
 import pathlib
@@ -62,6 +63,31 @@ def golden_params(family: str):
     return pytest.mark.parametrize("golden", [MissingGolden(str(e))], ids=[f"golden-{family}-missing"])
   return pytest.mark.parametrize("golden", [dict(np.load(f)) for f in files],
                                  ids=[f"golden-{os.path.basename(f)}" for f in files])
+
+
+# Test data and parameters without eager jax.random or eager Flax init: each eager jax.random call compiles
+# its own threefry program for its shape (about 1 s on session 11's 2-core EPYC; ~150 s of the suite's compile
+# time went to 100 such programs), and an eager init compiles one per parameter shape. numpy draws instead,
+# and one jitted init per model (equal models share it through the compilation cache).
+
+# (jax is imported inside: this module sets XLA_FLAGS before any test imports it.)
+
+def randn(*shape, seed=0):
+  """Standard-normal float32 test data."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.asarray(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
+
+
+def rand(*shape, seed=0):
+  """Uniform [0, 1) float32 test data."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.asarray(np.random.default_rng(seed).random(shape, dtype=np.float32))
+
+
+def init(module, x, seed=0, **kwargs):
+  """``module.init(PRNGKey(seed), x, **kwargs)``, compiled as one program."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.jit(functools.partial(module.init, **kwargs))(jax.random.PRNGKey(seed), x)
 
 
 def tiny_config(**overrides):

@@ -9,6 +9,7 @@ import pytest
 from PIL import Image, ImageEnhance
 
 from lasp_jax.data import augment as A
+from tests.conftest import rand
 
 RNG = np.random.default_rng(0)
 IMG = RNG.integers(0, 256, (16, 16, 3), dtype=np.uint8)
@@ -76,7 +77,7 @@ def test_gaussian_blur_matches_numpy():
 
 
 def test_rrc_parameter_statistics():
-  u = jax.random.uniform(jax.random.PRNGKey(0), (4000, 22))
+  u = rand(4000, 22)
   top, left, h, w = jax.vmap(lambda v: A.rrc_params(v, 32, 32, (0.2, 1.0), (3 / 4, 4 / 3)))(u)
   area = np.asarray(h * w) / 1024
   assert np.all((h >= 1) & (h <= 32) & (w >= 1) & (w <= 32))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lasp_jax.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
+from tests.conftest import init, randn
 
 
 # (stride, padding, kernel size) on 12x12 images. Stride-1 cases 3 and 6 make conv_grad_conv's input gradient a
@@ -23,12 +24,13 @@ CASES = [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5), (1, ((2, 0),
                          + [pytest.param(conv_grad_conv, *case, 1, id=f"conv-{i}-c1")
                             for i, case in enumerate(CASES) if case[0] == 1])
 def test_matches_xla_convolution(stride, padding, size, conv_fn, channels):
-  x = jax.random.normal(jax.random.PRNGKey(0), (3, 12, 12, channels))
+  x = randn(3, 12, 12, channels)
   plain = nn.Conv(8, (size, size), stride, padding=padding, use_bias=False)
   ours = plain.clone(conv_general_dilated=conv_fn)
-  v = plain.init(jax.random.PRNGKey(1), x)
-  grads = lambda m: jax.grad(lambda v, x: jnp.sum(jnp.sin(m.apply(v, x))), (0, 1))(v, x)
-  np.testing.assert_allclose(ours.apply(v, x), plain.apply(v, x), rtol=1e-5, atol=1e-5)
+  v = init(plain, x, seed=1)
+  # Jitted: op by op, each of the im2col path's pads and slices would compile a program of its own.
+  grads = lambda m: jax.jit(jax.grad(lambda v, x: jnp.sum(jnp.sin(m.apply(v, x))), (0, 1)))(v, x)
+  np.testing.assert_allclose(jax.jit(ours.apply)(v, x), jax.jit(plain.apply)(v, x), rtol=1e-5, atol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), grads(ours), grads(plain))
 
 
@@ -73,4 +75,4 @@ def test_wasteful_input_gradient_is_col2im_within_float32_rounding_of_float64():
   for i in range(5):
     for j in range(5):
       dx64[:, i:i + 8, j:j + 8, :] += dy.astype(np.float64) @ k[i, j].T.astype(np.float64)
-  np.testing.assert_allclose(dx_fn(jnp.asarray(x), jnp.asarray(dy)), dx64, rtol=0, atol=1e-6 * np.abs(dx64).max())
+  np.testing.assert_allclose(jax.jit(dx_fn)(jnp.asarray(x), jnp.asarray(dy)), dx64, rtol=0, atol=1e-6 * np.abs(dx64).max())

@@ -12,6 +12,7 @@ from jax import lax
 from lasp_jax import cpu_kernels
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2
+from tests.conftest import init, randn
 
 RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")
 
@@ -51,18 +52,18 @@ def test_the_option_moves_convolutions_out_of_ynnpack(net):
 @pytest.mark.parametrize("net,ynn_reductions", [("mnistnet", False), ("resnet18", True)])
 def test_resnet_keeps_ynnpack_reductions(net, ynn_reductions):
   """BatchNorm's statistics (a sum over N, H, W) stay a YNNPACK fusion only where REDUCE is kept."""
-  x = jax.random.normal(jax.random.PRNGKey(0), (16, 16, 16, 32))
+  x = randn(16, 16, 16, 32)
   options = cpu_kernels.compiler_options(cpu_kernels.resolve(net, backend="cpu"))
   assert ("__ynn_fusion" in _hlo(lambda x: jnp.sum(x, (0, 1, 2)), options, x)) == ynn_reductions
 
 
 def test_both_kernel_choices_give_the_same_gradients():
   """The R-MNIST net's loss gradient under its auto choice (xla convs, conv grads) vs (ynnpack, matmul grads)."""
-  x = jax.random.normal(jax.random.PRNGKey(0), (8, 28, 28, 1))
+  x = randn(8, 28, 28, 1)
   grads = []
   for kernels in (cpu_kernels.resolve("mnistnet", backend="cpu"), cpu_kernels.CpuKernels("ynnpack", "matmul")):
     model = ContrastiveModel(MnistNet(conv_fn=conv_for_backend(kernels.conv_backward)), ProjectionHead(500, 16))
-    params = model.init(jax.random.PRNGKey(1), x)["params"]
+    params = init(model, x, seed=1)["params"]
     loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p}, x)[1]))
     grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(params))
   for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
@@ -71,12 +72,12 @@ def test_both_kernel_choices_give_the_same_gradients():
 
 def test_resnet_kernel_choices_give_the_same_gradients():
   """A small ResNet with BatchNorm: its auto choice (xla convs, conv grads, YNNPACK reductions) vs the defaults."""
-  x = jax.random.normal(jax.random.PRNGKey(0), (6, 16, 16, 3))
+  x = randn(6, 16, 16, 3)
   grads = []
   auto = cpu_kernels.resolve("resnet18", backend="cpu")
   for kernels in (auto, cpu_kernels.CpuKernels("ynnpack", "xla")):
     model = ResNet(num_blocks=(1, 1), widths=(8, 16), conv_fn=conv_for_backend(kernels.conv_backward))
-    v = model.init(jax.random.PRNGKey(1), x)
+    v = init(model, x, seed=1)
     loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p, "batch_stats": v["batch_stats"]}, x,
                                                        mutable=["batch_stats"])[0]))
     grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(v["params"]))
@@ -85,7 +86,7 @@ def test_resnet_kernel_choices_give_the_same_gradients():
 
 
 def test_max_pool_2x2_matches_flax_values_and_gradient():
-  x = jax.random.normal(jax.random.PRNGKey(0), (3, 8, 6, 5))
+  x = randn(3, 8, 6, 5)
   ref = lambda x: nn.max_pool(x, (2, 2), (2, 2))
   np.testing.assert_array_equal(max_pool_2x2(x), ref(x))
   g = lambda pool: jax.grad(lambda x: jnp.sum(jnp.sin(pool(x))))(x)

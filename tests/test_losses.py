@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lasp_jax import losses
-from tests.conftest import golden_params
+from tests.conftest import golden_params, randn
 
 F32 = np.float32
 
@@ -78,10 +78,9 @@ def test_selective_ird_single_dim_falls_back(golden):
   np.testing.assert_allclose(empty, g["loss_full_c0p2_p0p01"], rtol=1e-5)
 
 
-def _random_batch(key, b=6, d=8, extra=3):
-  kz, kp = jax.random.split(key)
-  z = losses.l2_normalize(jax.random.normal(kz, (2 * (b + extra), d)))
-  zp = losses.l2_normalize(jax.random.normal(kp, (2 * (b + extra), d)))
+def _random_batch(seed, b=6, d=8, extra=3):
+  z = losses.l2_normalize(randn(2 * (b + extra), d, seed=2 * seed))
+  zp = losses.l2_normalize(randn(2 * (b + extra), d, seed=2 * seed + 1))
   labels = jnp.arange(b + extra) % 3
   return z, zp, labels
 
@@ -92,7 +91,7 @@ def _drop_padding(x, b, extra):
 
 def test_padding_rows_are_ignored():
   b, extra = 6, 3
-  z, zp, labels = _random_batch(jax.random.PRNGKey(0), b, extra=extra)
+  z, zp, labels = _random_batch(0, b, extra=extra)
   valid = jnp.arange(b + extra) < b
   cur = labels < 2
   padded = losses.supcon_loss(features=z, labels=labels, is_current=cur, valid=valid, temperature=0.5)
@@ -106,7 +105,7 @@ def test_padding_rows_are_ignored():
 
 
 def test_no_nan_without_positives_and_sd_all_dims_equals_ird():
-  z, zp, _ = _random_batch(jax.random.PRNGKey(1))
+  z, zp, _ = _random_batch(1)
   labels = jnp.arange(9)  # Only the other view is a positive; drop it with padding.
   valid = jnp.zeros(9, bool).at[0].set(True)
   g = jax.grad(lambda z: losses.supcon_loss(features=z, labels=labels, is_current=valid, valid=valid,

@@ -7,7 +7,7 @@ import pytest
 
 from lasp_jax import mask_search as ms
 from lasp_jax.losses import l2_normalize
-from tests.conftest import golden_params
+from tests.conftest import golden_params, randn
 
 F32 = np.float32
 
@@ -78,18 +78,17 @@ def test_off_by_one_selection_rule():
   assert (int(chosen), float(a)) == (0, pytest.approx(0.7))
 
 
-def _clustered(key, m=40, d=12, c=4):
-  k1, k2 = jax.random.split(key)
-  centers = jax.random.normal(k1, (c, d)) * 2
+def _clustered(seed, m=40, d=12, c=4):
+  centers = randn(c, d, seed=2 * seed) * 2
   labels = jnp.arange(m) % c
-  return l2_normalize(centers[labels] + jax.random.normal(k2, (m, d))), labels
+  return l2_normalize(centers[labels] + randn(m, d, seed=2 * seed + 1)), labels
 
 
 @pytest.mark.parametrize("kind", ms.OBJECTIVES)
 def test_batched_restarts_equal_independent_runs(kind):
-  feats, labels = _clustered(jax.random.PRNGKey(0))
+  feats, labels = _clustered(0)
   valid = jnp.ones(labels.shape, bool)
-  s0 = jax.random.normal(jax.random.PRNGKey(1), (5, feats.shape[1]))
+  s0 = randn(5, feats.shape[1], seed=1)
   batched = ms.search_from(s0, feats, labels, valid, num_classes=4, objective_kind=kind, steps=10, lr=10.0)
   for k in range(5):
     one = ms.search_from(s0[k:k + 1], feats, labels, valid, num_classes=4, objective_kind=kind, steps=10,
@@ -99,8 +98,8 @@ def test_batched_restarts_equal_independent_runs(kind):
 
 
 def test_padding_rows_do_not_change_the_search():
-  feats, labels = _clustered(jax.random.PRNGKey(2))
-  s0 = jax.random.normal(jax.random.PRNGKey(3), (4, feats.shape[1]))
+  feats, labels = _clustered(2)
+  s0 = randn(4, feats.shape[1], seed=3)
   plain = ms.search_from(s0, feats, labels, jnp.ones(40, bool), num_classes=6, steps=5)
   pad_feats = jnp.concatenate([feats, jnp.ones((7, feats.shape[1])) / np.sqrt(12)])
   pad_labels = jnp.concatenate([labels, jnp.full((7,), 5)])
@@ -111,10 +110,9 @@ def test_padding_rows_do_not_change_the_search():
 
 def test_own_class_search_finds_discriminative_dims():
   """Dims 0-3 separate the classes, the rest are shared noise: the search keeps them."""
-  key = jax.random.PRNGKey(4)
   labels = jnp.arange(60) % 3
   signal = jax.nn.one_hot(labels, 4) * 3
-  noise = jax.random.normal(key, (60, 12)) * 0.3 + 1.0
+  noise = randn(60, 12, seed=4) * 0.3 + 1.0
   feats = l2_normalize(jnp.concatenate([signal, noise], axis=1))
   res = ms.search(jax.random.PRNGKey(5), feats, labels, jnp.ones(60, bool), num_classes=3, restarts=16)
   assert float(res.accuracy) == 1.0

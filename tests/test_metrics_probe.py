@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from lasp_jax import metrics, probe, train
-from tests.conftest import tiny_config
+from tests.conftest import init, tiny_config
 
 NAN = np.nan
 
@@ -87,7 +87,7 @@ def test_rotated_mnist_probe_crops_only_the_memory():
   from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
   from lasp_jax.data import augment  # pylint: disable=import-outside-toplevel
   cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}))
-  images = jax.random.randint(jax.random.PRNGKey(0), (4, 28, 28, 1), 0, 256).astype(jnp.uint8)
+  images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)), jnp.uint8)
   angles = jnp.array([30.0, 30.0, 60.0, 60.0])
   current = jnp.array([True, False, True, False])
   x = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, scenario="domain")
@@ -103,7 +103,7 @@ def test_probe_step_without_real_rows_moves_nothing_and_padding_rows_do_not_coun
   tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5, momentum=0.9)
   rng = np.random.default_rng(0)
   feats, labels = jnp.asarray(rng.normal(size=(8, 4)), jnp.float32), jnp.asarray(rng.integers(0, 3, 8))
-  params = clf.init(jax.random.PRNGKey(0), feats)
+  params = init(clf, feats)
   # One real step first, so the momentum buffer is non-zero (a plain SGD update would move the weights again).
   params, opt = probe.masked_sgd_step(params, tx.init(params), feats, labels, jnp.ones(8, bool), clf=clf, tx=tx)
   assert float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(opt.inner_state))) > 0

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax import models
-from tests.conftest import tiny_config
+from tests.conftest import init, rand, tiny_config
 
 
 def _count(tree):
@@ -24,8 +24,8 @@ def test_resnet18_shapes_and_parameter_count():
 
 def test_mnist_net_shapes_and_unnormalized_head():
   m = models.ContrastiveModel(models.MnistNet(), models.ProjectionHead(500, 500, normalize=False))
-  x = jax.random.uniform(jax.random.PRNGKey(0), (3, 28, 28, 1))
-  v = m.init(jax.random.PRNGKey(1), x)
+  x = rand(3, 28, 28, 1)
+  v = init(m, x, seed=1)
   assert _count(v["params"]["encoder"]) == (25 * 20 + 20) + (25 * 20 * 50 + 50) + (800 * 500 + 500)
   feats, z = m.apply(v, x)
   assert feats.shape == (3, 500) and z.shape == (3, 500)
@@ -34,7 +34,7 @@ def test_mnist_net_shapes_and_unnormalized_head():
 
 def test_pytorch_equivalent_init_statistics():
   m = models.ContrastiveModel(models.ResNet(), models.ProjectionHead(512, 128))
-  p = m.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3)), train=False)["params"]
+  p = init(m, jnp.zeros((1, 32, 32, 3)), train=False)["params"]
   k = np.asarray(p["encoder"]["layer3_0"]["conv2"]["kernel"])  # kaiming normal, fan_out = 9 * 256
   assert abs(k.std() - np.sqrt(2 / (9 * 256))) < 0.02 * np.sqrt(2 / (9 * 256))
   w = np.asarray(p["head"]["fc1"]["kernel"])  # U(+-1/sqrt(512))

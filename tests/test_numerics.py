@@ -11,6 +11,7 @@ import pytest
 
 from lasp_jax import losses, mask_search, salience
 from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead
+from tests.conftest import init, rand, randn
 
 HIGHEST = "precision=(Precision.HIGHEST, Precision.HIGHEST)"
 
@@ -28,7 +29,7 @@ def assert_all_highest(fn, *args, ops=("dot_general",)):
 
 @pytest.fixture(scope="module")
 def z():
-  return losses.l2_normalize(jax.random.normal(jax.random.PRNGKey(0), (8, 6)))
+  return losses.l2_normalize(randn(8, 6))
 
 
 def test_losses_and_their_gradients(z):
@@ -49,8 +50,8 @@ def test_mask_search(z):
 
 def test_excitation_backprop():
   model = ContrastiveModel(MnistNet(width=0.125), ProjectionHead(16, 8, True))
-  x = jax.random.uniform(jax.random.PRNGKey(1), (2, 28, 28, 1))
-  variables = model.init(jax.random.PRNGKey(2), x, train=False)
+  x = rand(2, 28, 28, 1, seed=1)
+  variables = init(model, x, seed=2, train=False)
   assert_all_highest(lambda x: salience.excitation_backprop(model, variables, x, jnp.ones((2, 8)))[0], x,
                      ops=("dot_general", "conv_general_dilated"))
 

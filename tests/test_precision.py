@@ -5,16 +5,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax import losses, models
+from tests.conftest import init, rand
 
 TOL = 0.02  # stated tolerance: 2% relative on SupCon and IRD for bf16 activations
 
 
 def test_bf16_losses_within_tolerance_of_fp32():
-  x = jax.random.uniform(jax.random.PRNGKey(0), (32, 16, 16, 3))
+  x = rand(32, 16, 16, 3)
   m32 = models.ContrastiveModel(models.ResNet((1, 1), (8, 16)), models.ProjectionHead(16, 32))
   m16 = models.ContrastiveModel(models.ResNet((1, 1), (8, 16), dtype=jnp.bfloat16),
                                 models.ProjectionHead(16, 32, dtype=jnp.bfloat16))
-  v = m32.init(jax.random.PRNGKey(1), x, train=False)
+  v = init(m32, x, seed=1, train=False)
   labels = jnp.arange(16) % 4
   vals, emb = {}, {}
   for name, m in (("fp32", m32), ("bf16", m16)):

@@ -8,7 +8,7 @@ import pytest
 
 from lasp_jax import models, modulation, salience
 from lasp_jax.conv import matmul_grad_conv
-from tests.conftest import golden_params
+from tests.conftest import golden_params, init, rand
 
 F32 = np.float32
 TOL = dict(rtol=1e-4, atol=1e-6)
@@ -141,8 +141,8 @@ def test_eb_resnet_golden(golden, conv_fn):
 
 def test_eb_works_on_mnist_net():
   model = models.ContrastiveModel(models.MnistNet(0.2), models.ProjectionHead(100, 16, False))
-  x = jax.random.uniform(jax.random.PRNGKey(0), (3, 28, 28, 1))
-  variables = model.init(jax.random.PRNGKey(1), x, train=False)
+  x = rand(3, 28, 28, 1)
+  variables = init(model, x, seed=1, train=False)
   gamma, p_x = salience.excitation_backprop(model, variables, x, jnp.ones((3, 16)))
   assert jax.tree.structure(gamma) == jax.tree.structure(variables["params"])
   assert all(bool(jnp.all(jnp.isfinite(l)) & jnp.all(l >= 0)) for l in jax.tree.leaves(gamma))

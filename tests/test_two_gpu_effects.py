@@ -10,11 +10,12 @@ from lasp_jax import config_lib, salience
 from lasp_jax.default_config import base_config
 from lasp_jax.errors import ConfigError
 from lasp_jax.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead
+from tests.conftest import init, randn
 
 
 def _bn(x, mask=None):
   bn = nn.BatchNorm(use_running_average=False, momentum=0.9, epsilon=1e-5)
-  v = bn.init(jax.random.PRNGKey(0), x)
+  v = init(bn, x)
   v = {"params": {"scale": jnp.linspace(0.5, 2, x.shape[-1]), "bias": jnp.linspace(-1, 1, x.shape[-1])},
        "batch_stats": v["batch_stats"]}
   y, upd = bn.apply(v, x, mask=mask, mutable=["batch_stats"])
@@ -23,18 +24,18 @@ def _bn(x, mask=None):
 
 @pytest.mark.parametrize("shape", [(8, 5, 5, 3), (8, 6)])
 def test_grouped_bn_is_batch_norm_per_half_with_the_first_halfs_running_stats(shape):
-  x = jax.random.normal(jax.random.PRNGKey(1), shape) * 3 + 1
+  x = randn(*shape, seed=1) * 3 + 1
   v, _, _ = _bn(x)
   y, upd = GroupedBatchNorm(2).apply(v, x, mutable=["batch_stats"])
   (_, y0, s0), (_, y1, _) = _bn(x[:4]), _bn(x[4:])
   np.testing.assert_allclose(y, jnp.concatenate([y0, y1]), rtol=1e-5, atol=1e-5)
   for k in ("mean", "var"):
     np.testing.assert_allclose(upd["batch_stats"][k], s0[k], rtol=1e-5, atol=1e-6)
-  assert jax.tree.structure(GroupedBatchNorm(2).init(jax.random.PRNGKey(0), x)) == jax.tree.structure(v)
+  assert jax.tree.structure(init(GroupedBatchNorm(2), x)) == jax.tree.structure(v)
 
 
 def test_grouped_bn_leaves_masked_rows_out_of_each_groups_statistics():
-  x = jax.random.normal(jax.random.PRNGKey(2), (8, 4, 4, 3))
+  x = randn(8, 4, 4, 3, seed=2)
   mask = jnp.array([1, 1, 1, 0, 1, 1, 0, 0], bool)
   v, _, _ = _bn(x)
   y, _ = GroupedBatchNorm(2).apply(v, x, mask=mask[:, None, None, None], mutable=["batch_stats"])
@@ -45,11 +46,11 @@ def test_grouped_bn_leaves_masked_rows_out_of_each_groups_statistics():
 
 
 def test_bn_groups_change_the_train_forward_but_not_eval():
-  x = jax.random.normal(jax.random.PRNGKey(3), (8, 28, 28, 1))
+  x = randn(8, 28, 28, 1, seed=3)
   outs = {}
   for g in (1, 2):
     m = ContrastiveModel(MnistNet(width=0.25, batch_norm=True, bn_groups=g), ProjectionHead(125, 8))
-    v = m.init(jax.random.PRNGKey(0), x, train=False)
+    v = init(m, x, train=False)
     outs[g] = (m.apply(v, x, train=True, mutable=["batch_stats"])[0][1], m.apply(v, x, train=False)[1])
   assert not np.allclose(outs[1][0], outs[2][0], atol=1e-3)
   np.testing.assert_array_equal(outs[1][1], outs[2][1])
@@ -57,9 +58,9 @@ def test_bn_groups_change_the_train_forward_but_not_eval():
 
 def test_eb_replicas_sum_the_square_roots_of_each_chunk():
   m = ContrastiveModel(MnistNet(width=0.25), ProjectionHead(125, 8))
-  x = jax.random.normal(jax.random.PRNGKey(4), (6, 28, 28, 1))
-  v = m.init(jax.random.PRNGKey(0), x, train=False)
-  p = jnp.abs(jax.random.normal(jax.random.PRNGKey(5), (6, 8)))
+  x = randn(6, 28, 28, 1, seed=4)
+  v = init(m, x, train=False)
+  p = jnp.abs(randn(6, 8, seed=5))
   eb = lambda xx, pp, **kw: salience.excitation_backprop(m, v, xx, pp, **kw)
   g2, px2 = eb(x, p, replicas=2)
   (ga, pxa), (gb, pxb) = eb(x[:3], p[:3]), eb(x[3:], p[3:])

@@ -10,6 +10,9 @@ from lasp_jax.errors import ConfigError
 from lasp_jax.train_state import lr_schedule, schedule_values
 from tests.conftest import tiny_config
 
+# One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
+pytestmark = pytest.mark.xdist_group("baselines")
+
 
 # ----------------------------------------------------------------------------- the converged readout
 

@@ -12,6 +12,9 @@ import pytest
 from lasp_jax import metrics, probe, train
 from tests.conftest import init, tiny_config
 
+# One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
+pytestmark = pytest.mark.xdist_group("metrics_probe")
+
 NAN = np.nan
 
 

@@ -9,6 +9,9 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+# One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
+pytestmark = pytest.mark.xdist_group("resume_cli")
 # sd_gm: the resumed run must also restore the SD mask and the GM salience held in the optimizer state.
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
         "--config.train.epochs=1", "--config.train.checkpoint_every_steps=8", "--config.method=sd_gm"]
@@ -55,16 +58,11 @@ def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
   assert strip_timing(got) == strip_timing(expected)
 
 
-def test_resume_with_different_config_is_refused(reference, tmp_path):
-  killed = main(tmp_path, fault="probe:0")
-  assert killed.returncode == -9
-  out = main(tmp_path, "--config.train.lr=0.2")
-  assert out.returncode == 2
-  assert "differs in: train.lr" in out.stderr and "Traceback" not in out.stderr
-
-
-def test_resume_force_accepts_a_changed_config_and_never_restarts(reference, tmp_path):
+def test_a_changed_config_is_refused_unless_forced_and_never_restarts(reference, tmp_path):
   assert main(tmp_path, fault="boundary:1").returncode == -9  # task 0 finished and checkpointed
+  refused = main(tmp_path, "--config.train.lr=0.2")
+  assert refused.returncode == 2
+  assert "differs in: train.lr" in refused.stderr and "Traceback" not in refused.stderr
   forced = main(tmp_path, "--config.resume=force", "--config.train.lr=0.2")
   assert forced.returncode == 0 and "resuming" in forced.stderr
   got = json.loads((tmp_path / "results.json").read_text())

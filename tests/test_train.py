@@ -12,6 +12,9 @@ from lasp_jax import lookahead, mask_search, modulation, probe, steps, train
 from lasp_jax.errors import ConfigError, TrainingError
 from tests.conftest import tiny_config
 
+# One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
+pytestmark = pytest.mark.xdist_group("train")
+
 RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix", "final", "forgetting", "bwt",
                "wall_time_s"}
 

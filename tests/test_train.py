@@ -35,8 +35,10 @@ def sd_run(tmp_path_factory):
   config = _two_tasks(**{"train.epochs_first": 4, "data.num_tasks": 5})
   before = _global_cache_sizes()
   run = train.ContinualRun(config, wd)
+  chunk_before = run.chunk_fn._cache_size()  # shared with this process's earlier runs of equal settings
   results = run.run()
   run.compiled = [a - b for a, b in zip(_global_cache_sizes(), before)]
+  run.chunk_compiled = run.chunk_fn._cache_size() - chunk_before
   return run, results, wd
 
 
@@ -59,10 +61,18 @@ def test_no_recompilation_across_epochs_and_tasks(sd_run):
   run, _, _ = sd_run
   # Without and with a past model, each as a chunk of steps_per_call steps and of one step
   # (an epoch's remaining steps): nothing else, whatever the number of epochs and tasks.
-  assert run.chunk_fn._cache_size() <= 4
+  assert run.chunk_compiled <= 4
   # The probe ran after 5 tasks and the search at 4 boundaries: one program each
   # (0 if an earlier test of this process compiled the same shapes).
   assert all(n <= 1 for n in run.compiled), run.compiled
+
+
+def test_runs_of_equal_settings_share_one_compiled_chunk(tmp_path):
+  """A method and its baselines in one process (command 1) trace and compile their chunk once, not per run."""
+  a = train.ContinualRun(_two_tasks(), tmp_path / "a")
+  assert train.ContinualRun(_two_tasks(), tmp_path / "b").chunk_fn is a.chunk_fn
+  assert train.ContinualRun(_two_tasks(method="finetune"), tmp_path / "c").chunk_fn is not a.chunk_fn  # no SD
+  assert train.ContinualRun(_two_tasks(**{"train.momentum": 0.5}), tmp_path / "d").chunk_fn is not a.chunk_fn
 
 
 @pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])

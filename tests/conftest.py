@@ -66,11 +66,10 @@ def golden_params(family: str):
 
 
 # Test data and parameters without eager jax.random or eager Flax init: each eager jax.random call compiles
-# its own threefry program for its shape (about 1 s on session 11's 2-core EPYC; ~150 s of the suite's compile
-# time went to 100 such programs), and an eager init compiles one per parameter shape. numpy draws instead,
-# and one jitted init per model (equal models share it through the compilation cache).
-
-# (jax is imported inside: this module sets XLA_FLAGS before any test imports it.)
+# a threefry program of its own per shape (about 1 s each on the 2-core AMD EPYC; 104 such programs took
+# 118 s of the suite's compile time, BENCHMARKS.md session 12), and an eager init one per parameter shape.
+# numpy draws instead, and one jitted init per model (equal models share it through the compilation cache).
+# jax is imported inside the helpers: this module sets XLA_FLAGS before any test imports it.
 
 def randn(*shape, seed=0):
   """Standard-normal float32 test data."""

@@ -12,6 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
 pytestmark = pytest.mark.xdist_group("resume_cli")
+
 # sd_gm: the resumed run must also restore the SD mask and the GM salience held in the optimizer state.
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
         "--config.train.epochs=1", "--config.train.checkpoint_every_steps=8", "--config.method=sd_gm"]

@@ -1,6 +1,7 @@
 # Sourced by the one-call GPU scripts (gpu_bench.sh, gpu_rmnist.sh) after they set OUT: the wheels that
 # travel in .whl/, unbuffered output into $OUT/log.txt, and `part NAME SECONDS CMD...`, which runs one part
-# in its own process under its own limit so that a failure or an overrun leaves the other parts' results.
+# in its own process under its own limit so that a failure or an overrun leaves the other parts' results;
+# BUDGET (seconds from the script's start, T0) caps the parts' limits so that the call ends inside the lease.
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=2
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -8,8 +9,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 log="$OUT/log.txt"
-part() {  # part NAME SECONDS CMD...
+T0=${T0:-$(date +%s)}
+part() {  # part NAME SECONDS CMD...; with BUDGET set, the limit shrinks to what is left of it (15 s kept)
   local name=$1 limit=$2; shift 2
+  if [ -n "${BUDGET:-}" ]; then
+    local left=$(( BUDGET - ($(date +%s) - T0) - 15 ))
+    (( left < limit )) && limit=$left
+    (( limit < 20 )) && { echo "=== $name skipped (${left}s left)" | tee -a "$log"; return; }
+  fi
   echo "=== $name (limit ${limit}s) $(date +%T)" | tee -a "$log"
   local t0=$(date +%s)
   timeout "$limit" "$@" >>"$log" 2>&1; local rc=$?

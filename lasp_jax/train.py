@@ -232,8 +232,9 @@ class ContinualRun:
     put = lambda x, dtype=None: jax.device_put(np.asarray(x, dtype), self.replicated)
     self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), put(s.angles, np.float32))
     self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32))
-    sample = self.data.images[:2].astype(jnp.float32)
-    self.state: TrainState = jax.device_put(create_train_state(self.model, self.tx, sample, config.seed),
+    # Built on the default device, then replicated: one init program whatever the mesh.
+    sample_shape = (2,) + tuple(self.dataset.train_images.shape[1:])
+    self.state: TrainState = jax.device_put(create_train_state(self.model, self.tx, sample_shape, config.seed),
                                             self.replicated)
     self.past: Optional[PastModel] = None
     self.ckpt = checkpoint.Checkpointer(self.workdir)

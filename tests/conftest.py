@@ -84,9 +84,11 @@ def rand(*shape, seed=0):
 
 
 def init(module, x, seed=0, **kwargs):
-  """``module.init(PRNGKey(seed), x, **kwargs)``, compiled as one program."""
+  """``module.init(PRNGKey(seed), x, **kwargs)``, compiled as one program (at the train state's -O1)."""
   import jax  # pylint: disable=g-import-not-at-top
-  return jax.jit(functools.partial(module.init, **kwargs))(jax.random.PRNGKey(seed), x)
+  from lasp_jax.train_state import INIT_COMPILER_OPTIONS  # pylint: disable=g-import-not-at-top
+  return jax.jit(functools.partial(module.init, **kwargs),
+                 compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
 
 def tiny_config(**overrides):

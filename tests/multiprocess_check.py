@@ -1,4 +1,4 @@
-"""One process of the 2-process x 2-CPU-device check run by test_multiprocess.py.
+"""One process of the 2-process x 2-CPU-device check run by test_multidevice.py.
 
     python tests/multiprocess_check.py OUT PROCESS_ID PORT
 

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -44,23 +45,35 @@ def reference(tmp_path_factory):
   return json.loads((wd / "results.json").read_text())
 
 
-# mid-task 1 (after the boundary set the mask and gamma), at the probe, and at a task-end checkpoint
-# before the boundary work (memory update, past snapshot, search, EB).
-@pytest.mark.parametrize("fault", ["step:1:0:8", "probe:1", "boundary:1"])
-def test_killed_run_resumes_to_identical_results(reference, tmp_path, fault):
-  expected = reference
-  killed = main(tmp_path, fault=fault)
-  assert killed.returncode == -9  # SIGKILL
-  assert not (tmp_path / "results.json").exists()
-  resumed = main(tmp_path)
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert "resuming" in resumed.stderr
+@pytest.fixture(scope="module")
+def after_task0(tmp_path_factory):
+  """A run killed at task 1's boundary: task 0 finished and checkpointed, before the boundary work
+  (memory update, past snapshot, search, EB). Tests resume copies of it."""
+  wd = tmp_path_factory.mktemp("after_task0")
+  killed = main(wd, fault="boundary:1")
+  assert killed.returncode == -9, killed.stderr[-3000:]  # SIGKILL
+  assert not (wd / "results.json").exists()
+  return wd
+
+
+def test_a_run_killed_at_each_fault_point_resumes_to_identical_results(reference, after_task0, tmp_path):
+  # One run, killed at every fault point in the order it meets them and resumed each time: at the
+  # boundary (the fixture), mid-task 1 (after the boundary set the mask and gamma), at the probe. Any
+  # inexact resume carries into the finished run, which must equal the uninterrupted one.
+  shutil.copytree(after_task0, tmp_path, dirs_exist_ok=True)
+  for fault in ["step:1:0:8", "probe:1", None]:
+    out = main(tmp_path, fault=fault)
+    assert "resuming" in out.stderr, (fault, out.stderr[-3000:])
+    if fault:
+      assert out.returncode == -9, (fault, out.stderr[-3000:])
+      assert not (tmp_path / "results.json").exists()
+  assert out.returncode == 0, out.stderr[-3000:]
   got = json.loads((tmp_path / "results.json").read_text())
-  assert strip_timing(got) == strip_timing(expected)
+  assert strip_timing(got) == strip_timing(reference)
 
 
-def test_a_changed_config_is_refused_unless_forced_and_never_restarts(reference, tmp_path):
-  assert main(tmp_path, fault="boundary:1").returncode == -9  # task 0 finished and checkpointed
+def test_a_changed_config_is_refused_unless_forced_and_never_restarts(reference, after_task0, tmp_path):
+  shutil.copytree(after_task0, tmp_path, dirs_exist_ok=True)
   refused = main(tmp_path, "--config.train.lr=0.2")
   assert refused.returncode == 2
   assert "differs in: train.lr" in refused.stderr and "Traceback" not in refused.stderr

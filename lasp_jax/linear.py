@@ -10,6 +10,8 @@ representations: a representation scoring below it has learned nothing useful.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 from typing import NamedTuple
 
 import numpy as np
@@ -35,8 +37,31 @@ def _log_softmax(z, axis: int):
   return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
+# Fits of this process by a digest of their inputs: the raw-pixel baseline of runs that differ only in the
+# method (a grid's rows, a method and its finetune baseline) is the same fit on the same rows (3 s for the
+# tiny config's 784 pixels, a minute for full MNIST), done once.
+_FITS: collections.OrderedDict = collections.OrderedDict()
+_FITS_KEPT = 8
+
+
 def fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-3,
                  max_iter: int = 1000) -> LinearModel:
+  """:func:`_fit_logistic`, reusing this process's fit of identical inputs (the same result: it is pure)."""
+  x, y = np.asarray(x), np.asarray(y, np.int64)
+  w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
+  h = hashlib.blake2b(repr((x.shape, x.dtype.str, num_classes, l2, max_iter)).encode())
+  for a in (x, y, w):
+    h.update(b"none" if a is None else np.ascontiguousarray(a).tobytes())
+  key = h.hexdigest()
+  if key not in _FITS:
+    _FITS[key] = _fit_logistic(x, y, num_classes=num_classes, sample_weight=w, l2=l2, max_iter=max_iter)
+    if len(_FITS) > _FITS_KEPT:
+      _FITS.popitem(last=False)
+  return _FITS[key]
+
+
+def _fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-3,
+                  max_iter: int = 1000) -> LinearModel:
   """Weighted softmax regression, ``mean_w CE + l2/2 |W|^2`` at its minimum.
 
   Args:

@@ -57,6 +57,21 @@ def test_zero_weight_rows_are_ignored():
   np.testing.assert_allclose(both.logits(x), alone.logits(x), atol=1e-4)
 
 
+def test_a_fit_of_identical_inputs_is_done_once(monkeypatch):
+  calls = []
+  fit = linear._fit_logistic  # pylint: disable=protected-access
+  monkeypatch.setattr(linear, "_fit_logistic", lambda *a, **k: calls.append(1) or fit(*a, **k))
+  rng = np.random.default_rng(3)
+  x, y = _gaussians(rng, 50, [(0, 0), (2, 2)])
+  first = linear.fit_logistic(x, y, num_classes=2)
+  assert linear.fit_logistic(x.copy(), y.copy(), num_classes=2) is first and len(calls) == 1
+  x[0, 0] += 1e-9  # any other input is fitted anew
+  linear.fit_logistic(x, y, num_classes=2)
+  linear.fit_logistic(x, y, num_classes=2, sample_weight=np.ones(len(y)))
+  linear.fit_logistic(x, y, num_classes=2, l2=1e-2)
+  assert len(calls) == 4
+
+
 # ----------------------------------------------------------------------------- schedules
 
 def test_published_epoch_cosine_hand_values():

@@ -38,8 +38,8 @@ def _log_softmax(z, axis: int):
 
 
 # Fits of this process by a digest of their inputs: the raw-pixel baseline of runs that differ only in the
-# method (a grid's rows, a method and its finetune baseline) is the same fit on the same rows (3 s for the
-# tiny config's 784 pixels, a minute for full MNIST), done once.
+# method (a grid's rows; SD and its finetune baseline in README command 1) is the same fit on the same rows
+# (1-3 s for the tiny configs' 784 pixels, a minute for full MNIST), done once.
 _FITS: collections.OrderedDict = collections.OrderedDict()
 _FITS_KEPT = 8
 

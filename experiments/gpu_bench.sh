@@ -5,7 +5,8 @@
 # Missing pure-Python packages travel as wheels in .whl/ (ml-collections, mlxtend, tensorboardX). With
 # LASP_GOLDEN_DIR set (the goldens copied into a carried folder: ../shared does not travel), the precision-
 # sensitive golden tests run on the GPU too (XLA:GPU's TF32 default once broke them; see BENCHMARKS.md).
-# Measured on an H200 (session 8): core 71 s, torch 24 s, projection 135 s (fp32) / 131 s (bf16), task 30 s.
+# Measured on an H200: core 71 s (session 8) / 145 s (session 13), torch 24 / 33 s, tests 136 s (session 13),
+# projection 135 / 137 s (fp32), 131 / 129 s (bf16), task 30 / 31 s: all parts need about 10 minutes.
 set -u
 OUT=${OUT:-/tmp/gpu_bench}
 source "$(dirname "$0")/gpu_common.sh"

@@ -10,10 +10,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 log="$OUT/log.txt"
 T0=${T0:-$(date +%s)}
-part() {  # part NAME SECONDS CMD...; with BUDGET set, the limit shrinks to what is left of it (15 s kept)
+budget_left() { echo $(( BUDGET - ($(date +%s) - T0) - 15 )); }  # seconds of BUDGET left, 15 kept to pack up
+part() {  # part NAME SECONDS CMD...; with BUDGET set, the limit shrinks to what is left of it
   local name=$1 limit=$2; shift 2
   if [ -n "${BUDGET:-}" ]; then
-    local left=$(( BUDGET - ($(date +%s) - T0) - 15 ))
+    local left=$(budget_left)
     (( left < limit )) && limit=$left
     (( limit < 20 )) && { echo "=== $name skipped (${left}s left)" | tee -a "$log"; return; }
   fi

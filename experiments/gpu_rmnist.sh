@@ -30,7 +30,7 @@ for run in $PLAN; do
     --config.eval.every_task=False --config.eval.raw_pixels=False $EXTRA
 done
 # Whatever time is left: the JAX ResNet-18 step rows of BENCHMARKS.md (measured before the full-precision change).
-left=$(( BUDGET - ($(date +%s) - T0) - 15 ))
+left=$(budget_left)
 if [ -z "$EXTRA" ] && (( left >= 90 )); then
   part core "$left" python3 -m experiments.benchmark --only=step --repeats=5 --out="$OUT/core.json"
 fi

@@ -59,7 +59,10 @@ def test_two_processes_train_a_chunk_as_one_process_with_four_devices(one_and_fo
   for p, (_, err) in zip(procs, outs):
     assert p.returncode == 0, err[-4000:]
   multi = np.load(tmp_path / "multi.npz")
-  # The same chunk (multidevice_check.train_chunk) that the fixture trained on one process's 4 devices.
-  assert any(k.startswith("s") for k in multi.files)
+  # The same chunk (multidevice_check.train_chunk) that the fixture trained on one process's 4 devices:
+  # the same params, BN statistics and metrics, nothing only one side has.
+  four = [k[5:] for k in one_and_four if k.startswith("four_")]
+  chunk_keys = sorted(k for k in four if k == "metrics" or (k[0] in "ps" and k[1:].isdigit()))
+  assert sorted(multi.files) == chunk_keys and any(k.startswith("s") for k in chunk_keys)
   for k in multi.files:
     np.testing.assert_allclose(multi[k], one_and_four[f"four_{k}"], rtol=2e-4, atol=2e-5, err_msg=k)

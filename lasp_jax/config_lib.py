@@ -11,11 +11,10 @@ import json
 
 import ml_collections
 
-from lasp_jax import cpu_kernels, lookahead, mask_search
+# Without jax (choices.py): main.py checks a config before the library loads.
+from lasp_jax import choices, cpu_kernels
 from lasp_jax.data import sources
-from lasp_jax.data.augment import AugmentConfig
 from lasp_jax.errors import ConfigError
-from lasp_jax.train_state import SCHEDULES
 
 @dataclasses.dataclass(frozen=True)
 class Method:
@@ -69,14 +68,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _choice("dataset", config.dataset, sorted(sources.SOURCES))
   _choice("method", config.method, METHODS)
   _choice("seeds_mode", config.get("seeds_mode", "auto"), SEEDS_MODES)
-  _choice("lasp.srs_data", config.lasp.srs_data, lookahead.SRS_DATA)
-  _choice("lasp.mask_objective", config.lasp.mask_objective, mask_search.OBJECTIVES)
-  _choice("lasp.restart_selection", config.lasp.restart_selection, mask_search.SELECTIONS)
+  _choice("lasp.srs_data", config.lasp.srs_data, choices.SRS_DATA)
+  _choice("lasp.mask_objective", config.lasp.mask_objective, choices.MASK_OBJECTIVES)
+  _choice("lasp.restart_selection", config.lasp.restart_selection, choices.RESTART_SELECTIONS)
   _choice("model.past_bn", config.model.past_bn, ("batch", "running"))
   _choice("data.scenario", config.data.scenario, ("class", "domain"))
   _choice("compute_dtype", config.compute_dtype, ("float32", "bfloat16"))
   _choice("train.warmup_target", config.train.warmup_target, ("task", "published"))
-  _choice("train.schedule", config.train.schedule, SCHEDULES)
+  _choice("train.schedule", config.train.schedule, choices.SCHEDULES)
   _choice("resume", config.resume, ("auto", "force", "never"))
   _choice("eval.probe", config.eval.probe, ("sgd", "lbfgs"))
   _choice("model.name", config.model.name, ("resnet18", "mnistnet"))
@@ -185,7 +184,9 @@ def uses_gm(config) -> bool:
   return method(config).gm
 
 
-def augment_config(config) -> AugmentConfig:
+def augment_config(config):
+  """The augmentation's settings (an ``augment.AugmentConfig``)."""
+  from lasp_jax.data.augment import AugmentConfig  # pylint: disable=g-import-not-at-top  (jax)
   a = config.augment
   norm = dict(mean=tuple(a.mean), std=tuple(a.std)) if a.normalize else {}
   return AugmentConfig(size=a.size, crop_scale=tuple(a.crop_scale), flip=a.flip, jitter_p=a.jitter_p,

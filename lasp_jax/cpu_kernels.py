@@ -45,8 +45,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-import jax
-
 CONVS = ("auto", "ynnpack", "xla")
 CONV_BACKWARD = ("auto", "matmul", "conv", "xla")
 YNN_FUSION_TYPE = "xla_cpu_experimental_ynn_fusion_type"
@@ -68,7 +66,9 @@ ACCELERATOR = CpuKernels(convs="ynnpack", conv_backward="xla")  # no CPU option 
 def resolve(model_name: str, convs: str = "auto", conv_backward: str = "auto",
             backend: Optional[str] = None) -> CpuKernels:
   """The concrete choice for this net on ``backend`` (default: JAX's default backend)."""
-  backend = backend or jax.default_backend()
+  if backend is None:
+    import jax  # pylint: disable=g-import-not-at-top  (here: config_lib imports this module without jax)
+    backend = jax.default_backend()
   auto = CPU_AUTO.get(model_name, CPU_AUTO["resnet18"]) if backend == "cpu" else ACCELERATOR
   return CpuKernels(convs=auto.convs if convs == "auto" or backend != "cpu" else convs,
                     conv_backward=auto.conv_backward if conv_backward == "auto" else conv_backward,

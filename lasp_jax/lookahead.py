@@ -15,12 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import mask_search, salience
+from lasp_jax import choices, mask_search, salience
 from lasp_jax.modulation import is_weight_path
 from lasp_jax.data import augment
 from lasp_jax.steps import Batch, DeviceData, LossConfig, contrastive_labels
 
-SRS_DATA = ("onlycurrent", "onlypast", "combined")
+SRS_DATA = choices.SRS_DATA
 
 
 class BoundaryResult(NamedTuple):

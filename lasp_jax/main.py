@@ -50,14 +50,21 @@ def main(argv):
   if _MULTIHOST.value:
     import jax  # pylint: disable=g-import-not-at-top
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
-  from lasp_jax import baselines, seeds, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
-  xla_cache.enable(_CACHE.value)
   try:
     config = _CONFIG.value
     config.to_dict()  # config_flags defers a failed load until first use
   except (OSError, ImportError, SyntaxError, AttributeError) as e:
     print(f"error: cannot load --config: {_one_line(e)}", file=sys.stderr)
     sys.exit(2)
+  # A bad value is one line before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib has no jax.
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  try:
+    config_lib.validate(config_lib.resolved(config))
+  except LaspError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+  from lasp_jax import baselines, seeds, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
+  xla_cache.enable(_CACHE.value)
   workdir = _WORKDIR.value or default_workdir(config)
   runs = {config.method: (config, workdir)}
   if _BASELINES.value:

@@ -20,11 +20,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from lasp_jax import choices
 from lasp_jax.losses import l2_normalize
 from lasp_jax.numerics import full_precision
 
-OBJECTIVES = ("own_class", "published_all_pairs")
-SELECTIONS = ("best", "published_off_by_one")
+OBJECTIVES = choices.MASK_OBJECTIVES
+SELECTIONS = choices.RESTART_SELECTIONS
 _EPS = 1e-12
 
 

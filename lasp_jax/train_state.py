@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import modulation
+from lasp_jax import choices, modulation
 
 
 @flax.struct.dataclass
@@ -80,7 +80,7 @@ def create_train_state(model, tx, sample_shape: tuple, seed: int) -> TrainState:
   return _create_fn(jax.default_backend())(model, tx, tuple(sample_shape), jnp.int32(seed))
 
 
-SCHEDULES = ("published_epoch_cosine", "step_cosine")
+SCHEDULES = choices.SCHEDULES
 
 
 def lr_schedule(*, base_lr: float, epochs: int, steps_per_epoch: int, warmup_epochs: int = 0,

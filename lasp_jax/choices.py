@@ -1,0 +1,12 @@
+"""The values of the settings that pick a code path, kept apart from that code.
+
+No jax here (nor in ``config_lib``, ``cpu_kernels`` or ``data.sources``, whose
+choices the config check also reads): ``main.py`` checks a config before it
+imports the library, so a bad value is one line after ~0.5 s instead of after
+the ~3 s that loading jax, flax, optax and scipy takes.
+"""
+
+SRS_DATA = ("onlycurrent", "onlypast", "combined")                # lookahead.py: the rows the search reads
+MASK_OBJECTIVES = ("own_class", "published_all_pairs")            # mask_search.py
+RESTART_SELECTIONS = ("best", "published_off_by_one")             # mask_search.py
+SCHEDULES = ("published_epoch_cosine", "step_cosine")             # train_state.py: the learning-rate schedule

@@ -1,7 +1,8 @@
 """Run under XLA_FLAGS=--xla_force_host_platform_device_count=4 by test_multidevice.py.
 
 Trains the same chunk of steps, runs the mask search and the probe on a 1-device
-mesh and on a 4-device ("data",) mesh, and saves both results for comparison.
+mesh and on a 4-device ("data",) mesh, and saves both results for comparison; and a
+2-seed group's chunk, vmapped on 4 devices against each seed's own chunk on 1 device.
 """
 
 import sys
@@ -25,14 +26,23 @@ def check_run(devices, workdir):
   return train.ContinualRun(check_config(), workdir, devices=devices)
 
 
-def vmapped_chunk(devices, workdir):
-  """One chunk of a 2-seed group (seeds.py) on ``devices``: its stacked params, seeds on the leading axis."""
+def seed_chunks(devices, workdir, vmapped: bool):
+  """One chunk (2 steps, a past model) of each seed of a 2-seed group (seeds.py) on ``devices``: their params
+  stacked, seeds on the leading axis. ``vmapped``: the group's vmapped program; else each seed's own run's
+  chunk, one after another (train_chunk's program: nothing more to compile)."""
   group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
   chunks = [r.epoch_chunks(0, 0, r.task_plan(0))[0][0] for r in group.runs]
-  batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
-  state = jax.tree.map(lambda *x: jnp.stack(x), *[r.state for r in group.runs])
-  data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
-  state, metrics = group.chunk_fn(state, None, jnp.ones((2, 16), bool), data, batch, jnp.full(2, 0.05))
+  pasts = [PastModel(*jax.tree.map(lambda x: x * 0.95, (r.state.params, r.state.batch_stats))) for r in group.runs]
+  if vmapped:
+    batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
+    state = jax.tree.map(lambda *x: jnp.stack(x), *[r.state for r in group.runs])
+    past = jax.tree.map(lambda *x: jnp.stack(x), *pasts)
+    data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
+    state, metrics = group.chunk_fn(state, past, jnp.ones((2, 16), bool), data, batch, jnp.full((2,), 0.05))
+  else:
+    outs = [r.chunk_fn(r.state, p, jnp.ones(16, bool), r.data, jax.device_put(c, r.batch_sharding),
+                       jnp.full((2,), 0.05)) for r, p, c in zip(group.runs, pasts, chunks)]
+    state, metrics = jax.tree.map(lambda *x: jnp.stack(x), *outs)
   return {f"v{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.params))} | {
       "vmetrics": np.asarray(metrics)}
 
@@ -74,7 +84,8 @@ if __name__ == "__main__":
   assert jax.device_count() == 4, jax.devices()
   one, trained = run_on(jax.devices()[:1], sys.argv[1] + "/one")
   four, _ = run_on(jax.devices(), sys.argv[1] + "/four", reference_state=trained)
-  one.update(vmapped_chunk(jax.devices()[:1], sys.argv[1] + "/vone"))
-  four.update(vmapped_chunk(jax.devices(), sys.argv[1] + "/vfour"))
+  # Seeds: vmapped on 4 devices = each seed's own chunk on 1 device.
+  one.update(seed_chunks(jax.devices()[:1], sys.argv[1] + "/vone", vmapped=False))
+  four.update(seed_chunks(jax.devices(), sys.argv[1] + "/vfour", vmapped=True))
   np.savez(sys.argv[1] + "/out.npz", **{f"one_{k}": v for k, v in one.items()},
            **{f"four_{k}": v for k, v in four.items()})

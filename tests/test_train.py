@@ -251,14 +251,18 @@ def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
 
 
 def test_a_chunks_padded_tail_steps_do_not_run():
-  """Two real steps + two empty ones = the same two steps in a two-step chunk; the empty ones report zeros."""
-  run, chunk, past = _step_setup("co2l")
+  """Two real steps + two empty ones = the same two steps as two one-step chunks; the empty ones report zeros."""
+  run, chunk, past = _step_setup("co2l")  # the tiny config's one-step chunk: the runs above compiled it
   d = run.config.model.embedding_dim
   two = steps.Batch(*[f[:2] for f in chunk])
   padded = two._replace(**{n: jnp.concatenate([f, jnp.zeros_like(f)]) for n, f in two._asdict().items()})
-  state0 = jax.tree.map(jnp.copy, run.state)
+  s2 = jax.tree.map(jnp.copy, run.state)
   s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, jnp.array([0.05, 0.04, 0.5, 0.5]))
-  s2, m2 = run.chunk_fn(state0, past, jnp.ones(d, bool), run.data, two, jnp.array([0.05, 0.04]))
+  m2 = []
+  for i, lr in enumerate([0.05, 0.04]):
+    s2, m = run.chunk_fn(s2, past, jnp.ones(d, bool), run.data, steps.Batch(*[f[i:i + 1] for f in two]),
+                         jnp.array([lr]))
+    m2.append(m[0])
   assert int(s4.step) == int(s2.step) == 2
   np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)
   np.testing.assert_allclose(np.asarray(m4)[:2], m2, rtol=1e-6)

@@ -57,6 +57,17 @@ class PastModel(NamedTuple):
   batch_stats: Any
 
 
+@jax.jit
+def _copy(tree):
+  return jax.tree.map(jnp.copy, tree)
+
+
+def past_model(state: TrainState) -> PastModel:
+  """A frozen copy of the state's weights and BatchNorm statistics, made by one program (eager copies
+  compiled one per parameter shape). A copy: the train step donates, and so invalidates, the state's buffers."""
+  return PastModel(*_copy((state.params, state.batch_stats)))
+
+
 def contrastive_labels(labels, domain, cfg: LossConfig):
   return labels + cfg.domain_classes * domain if cfg.domain_classes else labels
 

@@ -28,7 +28,7 @@ from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
 from lasp_jax.steps import (METRICS, Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn,
-                            num_steps)
+                            num_steps, past_model)
 from lasp_jax.train_state import TrainState, create_train_state, lr_schedule, make_optimizer, schedule_values
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -294,8 +294,7 @@ class ContinualRun:
     self._set_memory(mem)
     if not config_lib.method(c).distill:
       return
-    # A copy: the train step donates (and so invalidates) the state's buffers.
-    self.past = PastModel(*jax.tree.map(jnp.copy, (self.state.params, self.state.batch_stats)))
+    self.past = past_model(self.state)
     if not (config_lib.uses_sd(c) or config_lib.uses_gm(c)):
       return
     rng = np.random.default_rng([c.seed, t, 0x5253])

@@ -16,7 +16,8 @@ Class-IL 86.2 %, Task-IL 98.8 %; finetune 87.4 / 97.9; joint 93.3 / 98.9; raw pi
 SD 84.5 (1.9) / 98.6 (0.3). On 2 cores of an AMD EPYC (Zen 1, session 11): 2 min 55 s
 with --baselines, the SD run 72 s; seed 0 SD 85.3 / 98.5, finetune 84.9 / 97.7, joint
 93.1 / 99.0 (another CPU's float rounding); session 13, same figures: 3 min 11 s, the SD run 80 s, in an
-hour when session 12's code took 3 min 15 s. No paper number at this scale.
+hour when session 12's code took 3 min 15 s; session 14, same figures: 3 min 4 s, the SD run 77 s, in an
+hour when session 13's code took 3 min 27 s. No paper number at this scale.
 """
 
 from lasp_jax.default_config import base_config

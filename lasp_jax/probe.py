@@ -71,7 +71,7 @@ def encode(model, variables, images):
 @functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "kind"))
 def _features(variables, images, angles, index, domain, *, model, aug_cfg, kind):
   # The batch's gather is inside the program: indexing the device arrays eagerly compiled a program of its
-  # own per shape (~40 ms each on XLA:CPU, a dozen per run).
+  # own per shape (40-70 ms each on the 2-core CPU, a dozen per run).
   x = augment.test_transform(images[index], angles[domain], aug_cfg)
   if kind == "pixels":
     return x.reshape(x.shape[0], -1)
@@ -124,7 +124,7 @@ def _lr_per_epoch(cfg: ProbeConfig):
 
 @functools.partial(jax.jit, static_argnames=("num_tasks", "classes_per_task", "scenario"))
 def _accuracies(logits, labels, tasks, num_tasks, classes_per_task, scenario):
-  """Per-task and overall accuracy for each metric of the scenario (one program: eagerly, ~20)."""
+  """Per-task and overall accuracy for each metric of the scenario (one program; op by op it was ~20)."""
   out = {}
   metrics = {"domain_il": None} if scenario == "domain" else {"class_il": None, "task_il": None}
   for name in metrics:

@@ -31,18 +31,17 @@ def seed_chunks(devices, workdir, vmapped: bool):
   stacked, seeds on the leading axis. ``vmapped``: the group's vmapped program; else each seed's own run's
   chunk, one after another (train_chunk's program: nothing more to compile)."""
   group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
+  stack = lambda trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # seeds on a new leading axis
   chunks = [r.epoch_chunks(0, 0, r.task_plan(0))[0][0] for r in group.runs]
   pasts = [PastModel(*jax.tree.map(lambda x: x * 0.95, (r.state.params, r.state.batch_stats))) for r in group.runs]
   if vmapped:
     batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
-    state = jax.tree.map(lambda *x: jnp.stack(x), *[r.state for r in group.runs])
-    past = jax.tree.map(lambda *x: jnp.stack(x), *pasts)
     data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
-    state, metrics = group.chunk_fn(state, past, jnp.ones((2, 16), bool), data, batch, jnp.full((2,), 0.05))
+    state, metrics = group.chunk_fn(stack([r.state for r in group.runs]), stack(pasts), jnp.ones((2, 16), bool), data,
+                                    batch, jnp.full((2,), 0.05))
   else:
-    outs = [r.chunk_fn(r.state, p, jnp.ones(16, bool), r.data, jax.device_put(c, r.batch_sharding),
-                       jnp.full((2,), 0.05)) for r, p, c in zip(group.runs, pasts, chunks)]
-    state, metrics = jax.tree.map(lambda *x: jnp.stack(x), *outs)
+    state, metrics = stack([r.chunk_fn(r.state, p, jnp.ones(16, bool), r.data, jax.device_put(c, r.batch_sharding),
+                                       jnp.full((2,), 0.05)) for r, p, c in zip(group.runs, pasts, chunks)])
   return {f"v{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.params))} | {
       "vmetrics": np.asarray(metrics)}
 

@@ -98,6 +98,25 @@ def tiny_config(**overrides):
   return override(tiny.get_config(), **overrides)
 
 
+def two_tasks(**overrides):
+  """The tiny config's 2-task run (2 epochs, then 1) with overrides: the settings most train tests share, so
+  that they share its train programs."""
+  return tiny_config(**{"data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 1, **overrides})
+
+
+def placed_chunk(run, steps_per_call=1):
+  """The first chunk of ``run``'s first epoch and a past model (its weights x 0.9), on the run's mesh as
+  ``ContinualRun.train_task`` places them: a chunk of the run's own length is then the program its runs
+  compiled (arrays placed otherwise give another program, ~6 s to compile here)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from lasp_jax import steps, train  # pylint: disable=g-import-not-at-top
+  pool = train.training_pool(run.stream, run.memory, 0)
+  b = steps.epoch_batches(pool, run.config.train.batch_size, steps_per_call, np.random.default_rng(0))
+  chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
+  past = steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
+  return chunk, jax.device_put(past, run.replicated)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache(tmp_path_factory):
   """Share compiled programs between the many small runs of the suite."""

@@ -1,6 +1,7 @@
 """XLA:CPU kernel choices (cpu_kernels.py) and the pooling written for XLA:CPU."""
 
 import re
+import tempfile
 
 import flax.linen as nn
 import jax
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lasp_jax import cpu_kernels
+from lasp_jax import cpu_kernels, train
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2
-from tests.conftest import init, randn
+from tests.conftest import init, placed_chunk, randn, two_tasks
 
 RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")
 
@@ -99,9 +100,12 @@ def test_train_chunk_has_only_canonical_convolutions():
   With JAX's own gradients (conv_backward=xla) this program's weight gradients compile to
   dim_labels=f01b_i01o->01bf and run ~20x slower (cpu_kernels.py); the auto choice must not.
   """
-  from experiments import cpu_race  # pylint: disable=g-import-not-at-top
-  run, chunk, mask, lrs, _ = cpu_race.race_chunk("mnistnet", 16, 1)
-  hlo = run.chunk_fn.lower(run.state, None, mask, run.data, chunk, lrs).compile().as_text()
+  # The tiny config's net (the R-MNIST net at a quarter of its width, the same kernel choices): the program of
+  # test_train's 2-task Co2L run, from the compilation cache when that ran first.
+  run = train.ContinualRun(two_tasks(method="co2l"), tempfile.mkdtemp())
+  chunk, _ = placed_chunk(run)
+  hlo = run.chunk_fn.lower(run.state, None, jnp.ones(run.config.model.embedding_dim, bool), run.data, chunk,
+                           train.pad_lrs([0.05], 1)).compile().as_text()
   labels = re.findall(r"dim_labels=([^,\s]+)", hlo)
   # conv2's forward and weight gradient; its input gradient is col2im and conv1 (one input channel) a matmul
   # (conv.py).

@@ -1,5 +1,7 @@
 """Golden and invariant tests for SupCon, IRD and selective IRD."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,12 @@ from lasp_jax import losses
 from tests.conftest import golden_params, randn
 
 F32 = np.float32
+
+
+def _once(fn, *args):
+  """``fn(*args)`` as one compiled program, as runs call the losses (inside the train step). Op by op, this
+  module's ~380 eager ops compiled a program each (~60 ms apiece on the 2-core EPYC, 22 s in all)."""
+  return jax.jit(fn)(*args)
 
 
 @golden_params("supcon")
@@ -22,11 +30,11 @@ def test_supcon_golden(golden, suffix):
   np.testing.assert_array_equal(np.tile(np.asarray(is_current), (2, 1)), g["anchor_is_current"])
   fn = lambda z: losses.supcon_loss(features=z, labels=labels, is_current=is_current,
                                     temperature=tau, base_temperature=float(g["base_temperature"]))
-  loss, grad = jax.value_and_grad(fn)(z)
+  none_fn = lambda z: losses.supcon_loss(features=z, labels=labels, is_current=is_current, temperature=tau,
+                                         reduction="none")
+  (loss, grad), none = _once(lambda z: (jax.value_and_grad(fn)(z), none_fn(z)), z)
   np.testing.assert_allclose(loss, g[f"loss_{suffix}"], rtol=1e-5)
   np.testing.assert_allclose(grad.reshape(g["z"].shape), g[f"grad_z_{suffix}"], atol=1e-5, rtol=1e-4)
-  none = losses.supcon_loss(features=z, labels=labels, is_current=is_current, temperature=tau,
-                            reduction="none")
   np.testing.assert_allclose(none, g[f"loss_none_{suffix}"], rtol=1e-5, atol=1e-7)
 
 
@@ -37,11 +45,12 @@ def test_ird_golden(golden, suffix):
   t_cur, t_past = [float(v.replace("p", ".")) for v in suffix[1:].split("_p")]
   z_cur, z_past = jnp.asarray(g["z_cur"], F32), jnp.asarray(g["z_past"], F32)
   fn = lambda z: losses.ird_loss(z_cur=z, z_past=z_past, temp_cur=t_cur, temp_past=t_past)
-  loss, grad = jax.value_and_grad(fn)(z_cur)
+  (loss, grad), p_cur, p_past = _once(lambda z, zp: (jax.value_and_grad(fn)(z), losses.relation_probs(z, t_cur),
+                                                     losses.relation_probs(zp, t_past)), z_cur, z_past)
   np.testing.assert_allclose(loss, g[f"loss_{suffix}"], rtol=1e-5)
   np.testing.assert_allclose(grad, g[f"grad_z_cur_{suffix}"], atol=1e-5, rtol=1e-4)
-  np.testing.assert_allclose(losses.relation_probs(z_cur, t_cur), g[f"p_cur_{suffix}"], atol=1e-5, rtol=1e-4)
-  np.testing.assert_allclose(losses.relation_probs(z_past, t_past), g[f"p_past_{suffix}"], atol=1e-5, rtol=1e-4)
+  np.testing.assert_allclose(p_cur, g[f"p_cur_{suffix}"], atol=1e-5, rtol=1e-4)
+  np.testing.assert_allclose(p_past, g[f"p_past_{suffix}"], atol=1e-5, rtol=1e-4)
 
 
 @golden_params("sd")
@@ -53,28 +62,30 @@ def test_selective_ird_golden(golden, suffix):
   mask = jnp.asarray(g["mask"])
   fn = lambda z: losses.selective_ird_loss(z_cur=z, z_past=z_past, dim_mask=mask, temp_cur=t_cur,
                                            temp_past=t_past)
-  loss, grad = jax.value_and_grad(fn)(z_cur)
+
+  def everything(z, zp):
+    a, b = losses.select_dims(z, mask), losses.select_dims(zp, mask)
+    return (jax.value_and_grad(fn)(z), losses.ird_loss(z_cur=z, z_past=zp, temp_cur=t_cur, temp_past=t_past),
+            a, b, losses.relation_probs(a, t_cur), losses.relation_probs(b, t_past))
+  (loss, grad), full, a, b, p_cur, p_past = _once(everything, z_cur, z_past)
   np.testing.assert_allclose(loss, g[f"loss_sd_{suffix}"], rtol=1e-5)
   np.testing.assert_allclose(grad, g[f"grad_z_cur_{suffix}"], atol=1e-5, rtol=1e-4)
-  full = losses.ird_loss(z_cur=z_cur, z_past=z_past, temp_cur=t_cur, temp_past=t_past)
   np.testing.assert_allclose(full, g[f"loss_full_{suffix}"], rtol=1e-5)
   sel = np.asarray(g["mask"], bool)
-  np.testing.assert_allclose(losses.select_dims(z_cur, mask)[:, sel], g["z_cur_selected"], atol=1e-6)
-  np.testing.assert_allclose(losses.select_dims(z_past, mask)[:, sel], g["z_past_selected"], atol=1e-6)
-  a, b = losses.select_dims(z_cur, mask), losses.select_dims(z_past, mask)
-  np.testing.assert_allclose(losses.relation_probs(a, t_cur), g[f"p_cur_{suffix}"], atol=1e-5, rtol=1e-4)
-  np.testing.assert_allclose(losses.relation_probs(b, t_past), g[f"p_past_{suffix}"], atol=1e-5, rtol=1e-4)
+  np.testing.assert_allclose(np.asarray(a)[:, sel], g["z_cur_selected"], atol=1e-6)
+  np.testing.assert_allclose(np.asarray(b)[:, sel], g["z_past_selected"], atol=1e-6)
+  np.testing.assert_allclose(p_cur, g[f"p_cur_{suffix}"], atol=1e-5, rtol=1e-4)
+  np.testing.assert_allclose(p_past, g[f"p_past_{suffix}"], atol=1e-5, rtol=1e-4)
 
 
 @golden_params("sd")
 def test_selective_ird_single_dim_falls_back(golden):
   g = golden
   z_cur, z_past = jnp.asarray(g["z_cur"], F32), jnp.asarray(g["z_past"], F32)
-  single = losses.selective_ird_loss(z_cur=z_cur, z_past=z_past, dim_mask=jnp.asarray(g["mask_single"]),
-                                     temp_cur=0.2, temp_past=0.01)
+  sd = jax.jit(functools.partial(losses.selective_ird_loss, temp_cur=0.2, temp_past=0.01))
+  single = sd(z_cur=z_cur, z_past=z_past, dim_mask=jnp.asarray(g["mask_single"]))
   np.testing.assert_allclose(single, g["loss_single_c0p2_p0p01"], rtol=1e-5)
-  empty = losses.selective_ird_loss(z_cur=z_cur, z_past=z_past, dim_mask=jnp.zeros(16, bool),
-                                    temp_cur=0.2, temp_past=0.01)
+  empty = sd(z_cur=z_cur, z_past=z_past, dim_mask=jnp.zeros(16, bool))
   np.testing.assert_allclose(empty, g["loss_full_c0p2_p0p01"], rtol=1e-5)
 
 
@@ -91,26 +102,29 @@ def _drop_padding(x, b, extra):
 
 def test_padding_rows_are_ignored():
   b, extra = 6, 3
-  z, zp, labels = _random_batch(0, b, extra=extra)
-  valid = jnp.arange(b + extra) < b
-  cur = labels < 2
-  padded = losses.supcon_loss(features=z, labels=labels, is_current=cur, valid=valid, temperature=0.5)
-  plain = losses.supcon_loss(features=_drop_padding(z, b, extra), labels=labels[:b], is_current=cur[:b],
-                             temperature=0.5)
-  np.testing.assert_allclose(padded, plain, rtol=1e-6)
-  padded = losses.ird_loss(z_cur=z, z_past=zp, valid=valid, temp_cur=0.2, temp_past=0.01)
-  plain = losses.ird_loss(z_cur=_drop_padding(z, b, extra), z_past=_drop_padding(zp, b, extra),
-                          temp_cur=0.2, temp_past=0.01)
-  np.testing.assert_allclose(padded, plain, rtol=1e-6)
+
+  def padded_and_plain(z, zp, labels):
+    valid = jnp.arange(b + extra) < b
+    cur = labels < 2
+    drop = functools.partial(_drop_padding, b=b, extra=extra)
+    supcon = functools.partial(losses.supcon_loss, temperature=0.5)
+    ird = functools.partial(losses.ird_loss, temp_cur=0.2, temp_past=0.01)
+    return (supcon(features=z, labels=labels, is_current=cur, valid=valid),
+            supcon(features=drop(z), labels=labels[:b], is_current=cur[:b]),
+            ird(z_cur=z, z_past=zp, valid=valid), ird(z_cur=drop(z), z_past=drop(zp)))
+  s_padded, s_plain, i_padded, i_plain = _once(padded_and_plain, *_random_batch(0, b, extra=extra))
+  np.testing.assert_allclose(s_padded, s_plain, rtol=1e-6)
+  np.testing.assert_allclose(i_padded, i_plain, rtol=1e-6)
 
 
 def test_no_nan_without_positives_and_sd_all_dims_equals_ird():
   z, zp, _ = _random_batch(1)
-  labels = jnp.arange(9)  # Only the other view is a positive; drop it with padding.
-  valid = jnp.zeros(9, bool).at[0].set(True)
-  g = jax.grad(lambda z: losses.supcon_loss(features=z, labels=labels, is_current=valid, valid=valid,
-                                            temperature=0.1))(z)
+  labels = np.arange(9)  # Only the other view is a positive; drop it with padding.
+  valid = np.arange(9) == 0
+  supcon = lambda z: losses.supcon_loss(features=z, labels=labels, is_current=valid, valid=valid, temperature=0.1)
+  ird = functools.partial(losses.ird_loss, temp_cur=0.2, temp_past=0.01)
+  every_dim = functools.partial(losses.selective_ird_loss, dim_mask=np.ones(8, bool), temp_cur=0.2, temp_past=0.01)
+  g, full, sd = _once(lambda z, zp: (jax.grad(supcon)(z), ird(z_cur=z, z_past=zp), every_dim(z_cur=z, z_past=zp)),
+                      z, zp)
   assert np.all(np.isfinite(g))
-  full = losses.ird_loss(z_cur=z, z_past=zp, temp_cur=0.2, temp_past=0.01)
-  sd = losses.selective_ird_loss(z_cur=z, z_past=zp, dim_mask=jnp.ones(8, bool), temp_cur=0.2, temp_past=0.01)
   np.testing.assert_allclose(sd, full, rtol=1e-6)

@@ -10,19 +10,13 @@ import pytest
 
 from lasp_jax import lookahead, mask_search, modulation, probe, steps, train
 from lasp_jax.errors import ConfigError, TrainingError
-from tests.conftest import tiny_config
+from tests.conftest import placed_chunk, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
 pytestmark = pytest.mark.xdist_group("train")
 
 RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix", "final", "forgetting", "bwt",
                "wall_time_s"}
-
-
-def _two_tasks(**kw):
-  base = {"data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 1}
-  base.update(kw)
-  return tiny_config(**base)
 
 
 def _global_cache_sizes():
@@ -32,7 +26,7 @@ def _global_cache_sizes():
 @pytest.fixture(scope="module")
 def sd_run(tmp_path_factory):
   wd = tmp_path_factory.mktemp("sd")
-  config = _two_tasks(**{"train.epochs_first": 4, "data.num_tasks": 5})
+  config = two_tasks(**{"train.epochs_first": 4, "data.num_tasks": 5})
   before = _global_cache_sizes()
   run = train.ContinualRun(config, wd)
   chunk_before = run.chunk_fn._cache_size()  # shared with this process's earlier runs of equal settings
@@ -69,15 +63,15 @@ def test_no_recompilation_across_epochs_and_tasks(sd_run):
 
 def test_runs_of_equal_settings_share_one_compiled_chunk(tmp_path):
   """A method and its baselines in one process (command 1) trace and compile their chunk once, not per run."""
-  a = train.ContinualRun(_two_tasks(), tmp_path / "a")
-  assert train.ContinualRun(_two_tasks(), tmp_path / "b").chunk_fn is a.chunk_fn
-  assert train.ContinualRun(_two_tasks(method="finetune"), tmp_path / "c").chunk_fn is not a.chunk_fn  # no SD
-  assert train.ContinualRun(_two_tasks(**{"train.momentum": 0.5}), tmp_path / "d").chunk_fn is not a.chunk_fn
+  a = train.ContinualRun(two_tasks(), tmp_path / "a")
+  assert train.ContinualRun(two_tasks(), tmp_path / "b").chunk_fn is a.chunk_fn
+  assert train.ContinualRun(two_tasks(method="finetune"), tmp_path / "c").chunk_fn is not a.chunk_fn  # no SD
+  assert train.ContinualRun(two_tasks(**{"train.momentum": 0.5}), tmp_path / "d").chunk_fn is not a.chunk_fn
 
 
 @pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])
 def test_every_method_runs(tmp_path, method):
-  config = _two_tasks(method=method)
+  config = two_tasks(method=method)
   run = train.ContinualRun(config, tmp_path)
   results = run.run()
   assert results["method"] == method
@@ -113,7 +107,7 @@ def test_domain_incremental_run(tmp_path):
   # Unnormalized embeddings at R-MNIST's lr 0.01: at the tiny config's 0.05 the embedding norm of task 1 grew
   # without bound (0.7 -> 4e15 within an epoch, then a non-finite loss, session 10); SupCon's logits z.z'/tau
   # reward a larger scale, nothing bounds it.
-  config = _two_tasks(**{"data.scenario": "domain", "data.num_tasks": 2, "model.normalize_embedding": False,
+  config = two_tasks(**{"data.scenario": "domain", "data.num_tasks": 2, "model.normalize_embedding": False,
                          "lasp.srs_data": "onlypast", "train.lr": 0.01})
   results = train.ContinualRun(config, tmp_path).run()
   a = np.array(results["acc_matrix"]["domain_il"], dtype=float)
@@ -122,29 +116,24 @@ def test_domain_incremental_run(tmp_path):
   assert max(z) < 3 * z[0], z  # measured 0.6, 0.7, 0.69
 
 
-def _step_setup(method, normalize=True, **kw):
-  config = _two_tasks(method=method, **{"model.normalize_embedding": normalize, "train.ird_weight": 1.0, **kw})
-  run = train.ContinualRun(config, tempfile.mkdtemp())
-  pool = train.training_pool(run.stream, run.memory, 0)
-  b = steps.epoch_batches(pool, 64, 4, np.random.default_rng(0))
-  chunk = steps.Batch(*[jnp.asarray(f[0]) for f in b])
-  past = steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
-  return run, chunk, past
+def _step_setup(method, steps_per_call=1, **kw):
+  """A 2-task run of ``method`` and its first chunk and a past model, placed as the run places them."""
+  run = train.ContinualRun(two_tasks(method=method, **kw), tempfile.mkdtemp())
+  return (run, *placed_chunk(run, steps_per_call))
 
 
 def test_sd_with_every_dim_selected_equals_co2l():
   outs = []
   for method in ("co2l", "sd"):
-    # Without BatchNorm: its batch statistics amplify the subset's renormalization rounding (grad_norm 0.2 %
-    # apart after 4 steps with it), and the point here is the selection, not BN.
-    run, chunk, past = _step_setup(method, **{"model.batch_norm": False})
+    # IRD at Co2L's weight for both (SD's published default is 5); Co2L's step is the program its run compiled.
+    run, chunk, past = _step_setup(method, **{"train.ird_weight": 1.0})
     d = run.config.model.embedding_dim
-    state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, jnp.full(4, 0.05))
+    state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, train.pad_lrs([0.05], 1))
     outs.append((state.params, m))
   np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5)
-  # Four SGD steps at lr 0.05 amplify float summation-order differences (the matmul-gradient convs) to
-  # ~3e-5 on weights of ~0.1; a real difference between the losses would be ~1e-2.
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), outs[0][0], outs[1][0])
+  # The subset's renormalization rounds differently from the full norm (~1e-7); BatchNorm's batch statistics
+  # amplify that in the gradient. A real difference between the losses would move the weights by ~1e-2.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), outs[0][0], outs[1][0])
 
 
 def test_gradient_modulation_transform_invariants():
@@ -162,7 +151,7 @@ def test_gradient_modulation_transform_invariants():
 
 
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
-  config = _two_tasks(**{"train.lr": 1e30})
+  config = two_tasks(**{"train.lr": 1e30})
   with pytest.raises(TrainingError, match=r"non-finite loss at task 0, epoch 1, step \d+"):
     train.ContinualRun(config, tmp_path).run()
   assert not (tmp_path / "results.json").exists()
@@ -171,7 +160,7 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
 
 def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
   """Task 0 trains and is checkpointed; task 1 diverges: the error names that checkpoint, which restores."""
-  config = _two_tasks(method="co2l")
+  config = two_tasks(method="co2l")
   run = train.ContinualRun(config, tmp_path)
   real = run.chunk_fn
 
@@ -217,7 +206,9 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   c = cifar10.get_config()
   c.data.source = "tfds"
   c.data.num_tasks = 2  # the input path is the point; 2 tasks keep it short
-  c.method = "co2l"  # and no mask search to compile (SD on CIFAR-shaped data: test_experiments' tiny runs)
+  # Finetune: one train program for both tasks (no past model, no mask search); ResNet-18's chunk with a past
+  # model is compiled by multidevice_check.py, SD on CIFAR-shaped data by test_experiments' tiny runs.
+  c.method = "finetune"
   c.model.width, c.model.num_blocks, c.model.embedding_dim = 0.0625, (1, 1), 16
   c.train.batch_size, c.train.epochs_first, c.train.epochs, c.train.warmup_epochs = 16, 1, 1, 1
   c.memory.size, c.lasp.restarts, c.lasp.steps = 10, 4, 3
@@ -236,7 +227,7 @@ def test_checkpoint_points_with_unequal_chunks():
 
 def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
   """Chunks of steps_per_call steps, in the epoch's order; empty steps only at the last chunk's tail."""
-  run = train.ContinualRun(_two_tasks(**{"train.steps_per_call": 5}), tmp_path)
+  run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5}), tmp_path)
   plan = run.task_plan(0)
   chunks, lrs = run.epoch_chunks(0, 0, plan)
   spe = plan["spe"]
@@ -252,16 +243,16 @@ def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
 
 def test_a_chunks_padded_tail_steps_do_not_run():
   """Two real steps + two empty ones = the same two steps as two one-step chunks; the empty ones report zeros."""
-  run, chunk, past = _step_setup("co2l")  # the tiny config's one-step chunk: the runs above compiled it
+  run, chunk, past = _step_setup("co2l", steps_per_call=4)
   d = run.config.model.embedding_dim
   two = steps.Batch(*[f[:2] for f in chunk])
   padded = two._replace(**{n: jnp.concatenate([f, jnp.zeros_like(f)]) for n, f in two._asdict().items()})
   s2 = jax.tree.map(jnp.copy, run.state)
-  s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, jnp.array([0.05, 0.04, 0.5, 0.5]))
+  s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, train.pad_lrs([0.05, 0.04], 4))
   m2 = []
-  for i, lr in enumerate([0.05, 0.04]):
-    s2, m = run.chunk_fn(s2, past, jnp.ones(d, bool), run.data, steps.Batch(*[f[i:i + 1] for f in two]),
-                         jnp.array([lr]))
+  for i, lr in enumerate([0.05, 0.04]):  # the tiny config's one-step chunk: test_every_method_runs compiled it
+    one = jax.device_put(steps.Batch(*[f[i:i + 1] for f in two]), run.batch_sharding)
+    s2, m = run.chunk_fn(s2, past, jnp.ones(d, bool), run.data, one, train.pad_lrs([lr], 1))
     m2.append(m[0])
   assert int(s4.step) == int(s2.step) == 2
   np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)

@@ -15,7 +15,8 @@ F32 = np.float32
 
 def _once(fn, *args):
   """``fn(*args)`` as one compiled program, as runs call the losses (inside the train step). Op by op, this
-  module's ~380 eager ops compiled a program each (~60 ms apiece on the 2-core EPYC, 22 s in all)."""
+  module's ~380 eager ops compiled a program each (~60 ms apiece on the 2-core EPYC, 22 s in all). The data
+  are arguments, not constants of ``fn``: each golden seed file then runs the same program."""
   return jax.jit(fn)(*args)
 
 
@@ -28,11 +29,12 @@ def test_supcon_golden(golden, suffix):
   labels = jnp.asarray(g["labels"])
   is_current = jnp.isin(labels, jnp.asarray(g["target_labels"]))
   np.testing.assert_array_equal(np.tile(np.asarray(is_current), (2, 1)), g["anchor_is_current"])
-  fn = lambda z: losses.supcon_loss(features=z, labels=labels, is_current=is_current,
-                                    temperature=tau, base_temperature=float(g["base_temperature"]))
-  none_fn = lambda z: losses.supcon_loss(features=z, labels=labels, is_current=is_current, temperature=tau,
-                                         reduction="none")
-  (loss, grad), none = _once(lambda z: (jax.value_and_grad(fn)(z), none_fn(z)), z)
+  supcon = functools.partial(losses.supcon_loss, temperature=tau, base_temperature=float(g["base_temperature"]))
+
+  def both(z, labels, is_current):
+    mean = jax.value_and_grad(lambda z: supcon(features=z, labels=labels, is_current=is_current))(z)
+    return mean, supcon(features=z, labels=labels, is_current=is_current, reduction="none")
+  (loss, grad), none = _once(both, z, labels, is_current)
   np.testing.assert_allclose(loss, g[f"loss_{suffix}"], rtol=1e-5)
   np.testing.assert_allclose(grad.reshape(g["z"].shape), g[f"grad_z_{suffix}"], atol=1e-5, rtol=1e-4)
   np.testing.assert_allclose(none, g[f"loss_none_{suffix}"], rtol=1e-5, atol=1e-7)
@@ -44,9 +46,10 @@ def test_ird_golden(golden, suffix):
   g = golden
   t_cur, t_past = [float(v.replace("p", ".")) for v in suffix[1:].split("_p")]
   z_cur, z_past = jnp.asarray(g["z_cur"], F32), jnp.asarray(g["z_past"], F32)
-  fn = lambda z: losses.ird_loss(z_cur=z, z_past=z_past, temp_cur=t_cur, temp_past=t_past)
-  (loss, grad), p_cur, p_past = _once(lambda z, zp: (jax.value_and_grad(fn)(z), losses.relation_probs(z, t_cur),
-                                                     losses.relation_probs(zp, t_past)), z_cur, z_past)
+  ird = functools.partial(losses.ird_loss, temp_cur=t_cur, temp_past=t_past)
+  (loss, grad), p_cur, p_past = _once(
+      lambda z, zp: (jax.value_and_grad(lambda z: ird(z_cur=z, z_past=zp))(z), losses.relation_probs(z, t_cur),
+                     losses.relation_probs(zp, t_past)), z_cur, z_past)
   np.testing.assert_allclose(loss, g[f"loss_{suffix}"], rtol=1e-5)
   np.testing.assert_allclose(grad, g[f"grad_z_cur_{suffix}"], atol=1e-5, rtol=1e-4)
   np.testing.assert_allclose(p_cur, g[f"p_cur_{suffix}"], atol=1e-5, rtol=1e-4)
@@ -60,14 +63,14 @@ def test_selective_ird_golden(golden, suffix):
   t_cur, t_past = [float(v.replace("p", ".")) for v in suffix[1:].split("_p")]
   z_cur, z_past = jnp.asarray(g["z_cur"], F32), jnp.asarray(g["z_past"], F32)
   mask = jnp.asarray(g["mask"])
-  fn = lambda z: losses.selective_ird_loss(z_cur=z, z_past=z_past, dim_mask=mask, temp_cur=t_cur,
-                                           temp_past=t_past)
+  temps = dict(temp_cur=t_cur, temp_past=t_past)
 
-  def everything(z, zp):
+  def everything(z, zp, mask):
     a, b = losses.select_dims(z, mask), losses.select_dims(zp, mask)
-    return (jax.value_and_grad(fn)(z), losses.ird_loss(z_cur=z, z_past=zp, temp_cur=t_cur, temp_past=t_past),
-            a, b, losses.relation_probs(a, t_cur), losses.relation_probs(b, t_past))
-  (loss, grad), full, a, b, p_cur, p_past = _once(everything, z_cur, z_past)
+    sd = jax.value_and_grad(lambda z: losses.selective_ird_loss(z_cur=z, z_past=zp, dim_mask=mask, **temps))(z)
+    return (sd, losses.ird_loss(z_cur=z, z_past=zp, **temps), a, b, losses.relation_probs(a, t_cur),
+            losses.relation_probs(b, t_past))
+  (loss, grad), full, a, b, p_cur, p_past = _once(everything, z_cur, z_past, mask)
   np.testing.assert_allclose(loss, g[f"loss_sd_{suffix}"], rtol=1e-5)
   np.testing.assert_allclose(grad, g[f"grad_z_cur_{suffix}"], atol=1e-5, rtol=1e-4)
   np.testing.assert_allclose(full, g[f"loss_full_{suffix}"], rtol=1e-5)

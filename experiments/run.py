@@ -265,14 +265,14 @@ def embedding(scale, seeds, out):
   return header, rows, records
 
 
-# Random embedding subsets per boundary: the paper's 100; the tiny scale (smoke tests) 10, a tenth of the work
-# (100 subsets took ~6 s per call on the 2-core CPU, more than the tiny run itself).
+# Random embedding subsets per boundary where not the paper's (subsets.NUM_SUBSETS): the tiny scale (smoke
+# tests) 10, a tenth of the work (100 took ~6 s per call on the 2-core CPU, more than the tiny run itself).
 TABLE3_SUBSETS = {"tiny": 10}
 
 
 def table3(scale, seeds, out):
   from experiments import subsets  # pylint: disable=g-import-not-at-top
-  n = TABLE3_SUBSETS.get(scale, 100)
+  n = TABLE3_SUBSETS.get(scale, subsets.NUM_SUBSETS)
   hook = lambda run, t: {"subsets": subsets.boundary_table(run, t, n)} if t < run.stream.num_tasks - 1 else {}
   records = run_grid(out, grid_table3(scale, seeds), on_task_end=hook)
   tasks = range(max(1, records[0]["results"]["num_tasks"] - 1) if records and "results" in records[0] else 4)

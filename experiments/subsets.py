@@ -17,6 +17,8 @@ import optax
 
 from lasp_jax import probe
 
+NUM_SUBSETS = 100  # per boundary, as in the paper
+
 
 def embed(run, data, index):
   """Eval-mode head embeddings of ``data.images[index]`` (no augmentation)."""
@@ -51,7 +53,7 @@ def subset_accuracy(subsets, x_tr, y_tr, x_te, y_te, *, num_classes, steps=300, 
   return jax.vmap(one)(subsets)
 
 
-def boundary_table(run, t: int, num_subsets=100, subset_dim=10, seed=0):
+def boundary_table(run, t: int, num_subsets=NUM_SUBSETS, subset_dim=10, seed=0):
   """Mean and std (over subsets) of past- and future-task accuracy after task t."""
   s = run.stream
   d = run.config.model.embedding_dim

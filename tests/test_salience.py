@@ -1,6 +1,7 @@
 """Excitation-backprop salience and gradient modulation against the goldens."""
 
 import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -248,7 +248,8 @@ def test_a_chunks_padded_tail_steps_do_not_run():
   two = steps.Batch(*[f[:2] for f in chunk])
   padded = two._replace(**{n: jnp.concatenate([f, jnp.zeros_like(f)]) for n, f in two._asdict().items()})
   s2 = jax.tree.map(jnp.copy, run.state)
-  s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, train.pad_lrs([0.05, 0.04], 4))
+  # The padded steps get a non-zero lr: they must not run whatever it is.
+  s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, jnp.array([0.05, 0.04, 0.5, 0.5]))
   m2 = []
   for i, lr in enumerate([0.05, 0.04]):  # the tiny config's one-step chunk: test_every_method_runs compiled it
     one = jax.device_put(steps.Batch(*[f[i:i + 1] for f in two]), run.batch_sharding)

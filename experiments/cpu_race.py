@@ -9,6 +9,11 @@ the device, SupCon + IRD, SGD), then runs ``experiments/torch_cpu_race.py`` unde
 images in memory augmented by batched torch ops. The PyTorch processes run one at
 a time after lasp_jax's timing, so neither side shares the two cores with the
 other. Each ratio is lasp_jax samples/s over the faster PyTorch variant.
+
+Beside the ratios, the roofline of each net (``experiments/roofline.py``): GFLOP per sample
+of the step, each side's GFLOP/s, this machine's float32 matmul rate (``matmul_peak_gflops``,
+measured first) and ``{net}_ratio_ceiling``, the ratio a step running entirely at that rate
+would have against the faster PyTorch variant.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from experiments import roofline
 from lasp_jax import steps, train
 
 NETS = {"mnistnet": "configs/rmnist.py", "resnet18": "configs/cifar10.py"}
@@ -89,6 +95,18 @@ def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int, **
   return statistics.median(times) / steps_per_call
 
 
+def step_gflop(net: str, batch: int) -> float:
+  """GFLOP (matmuls and convolutions) of one race step, counted from its traced program.
+
+  Traced with ``model.conv_backward="xla"``: plain convolutions and JAX's own gradients, the
+  arithmetic the PyTorch step does too (conv.py's one-channel conv1 does 2.4x its FLOPs as a
+  Toeplitz matmul, which would credit lasp_jax with work PyTorch does not need). Nothing compiles.
+  """
+  run, chunk, mask, lrs, past = race_chunk(net, batch, 1, model=dict(conv_backward="xla"))
+  traced = run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs)
+  return roofline.jaxpr_flops(traced.jaxpr) / 1e9
+
+
 def torch_samples_per_s(python: str, net: str, variant: str, batch: int, steps_n: int) -> dict:
   cmd = [python, "experiments/torch_cpu_race.py", f"--net={net}", f"--variant={variant}", f"--batch={batch}",
          f"--steps={steps_n}", "--warmup=1" if net == "resnet18" else "--warmup=2"]
@@ -104,6 +122,9 @@ def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quic
   if quick:
     plan = {"mnistnet": (32, 2, 2), "resnet18": (4, 1, 1)}
   rows, summary = [], {}
+  # This machine's ceiling, measured in the same run: a step whose every FLOP ran at the rate of a
+  # 2048^3 float32 matmul (experiments/roofline.py). A ratio target above {net}_ratio_ceiling cannot be met.
+  peak = summary["matmul_peak_gflops"] = round(roofline.matmul_peak_gflops(), 1)
   for net, (batch, torch_steps, spc) in plan.items():
     jax_sps = batch / jax_step_seconds(net, batch, spc, repeats=3 if net == "mnistnet" else 2)
     rows.append(dict(component=f"cpu race {net}: lasp_jax step (+past, aug)", shape=f"batch {batch}",
@@ -119,6 +140,11 @@ def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quic
       summary["torch"] = r["torch"]
     summary[f"{net}_jax_samples_per_s"] = round(jax_sps, 1)
     summary[f"{net}_ratio"] = round(jax_sps / best, 3)
+    gflop = step_gflop(net, batch) / batch
+    summary[f"{net}_gflop_per_sample"] = round(gflop, 4)
+    summary[f"{net}_jax_gflops"] = round(jax_sps * gflop, 1)
+    summary[f"{net}_torch_gflops"] = round(best * gflop, 1)
+    summary[f"{net}_ratio_ceiling"] = round(peak / gflop / best, 3)
   summary["jax"] = jax.__version__
   return rows, summary
 

@@ -1,0 +1,89 @@
+"""How far a train step is from this machine's matmul rate: its FLOPs, counted from the traced program.
+
+The CPU race (``experiments/cpu_race.py``) reports samples/s; this module turns them into
+GFLOP/s and into a ceiling: the samples/s a step would reach if every one of its FLOPs ran
+at the rate of a large float32 matmul on this machine, measured in the same run. A target
+ratio above ``ceiling / peer`` cannot be met by any implementation of the same arithmetic.
+
+Only matmuls and convolutions are counted (``dot_general``, ``conv_general_dilated``: 2 FLOPs
+per multiply-add); elementwise work, pooling and reductions are left out, so the ceiling is
+generous. A convolution counts only the products of a kernel tap with a real input value,
+not with its padding or the holes of an input dilation: JAX's input gradient of the R-MNIST
+net's 5x5 VALID conv2 is a "full" correlation over a zero-padded 16x16 input, 2.25x the
+products that matter (an implementation can skip them; conv.py's col2im does). So a
+convolution's forward, input gradient and weight gradient each count the same. Loops: a
+``scan``'s body counts ``length`` times, a ``while``'s body (a chunk's ``fori_loop`` over its
+steps) once.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jax_core
+
+
+def _eqn_flops(eqn) -> float:
+  name = eqn.primitive.name
+  out = float(np.prod(eqn.outvars[0].aval.shape))
+  if name == "dot_general":
+    (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+    lhs = eqn.invars[0].aval.shape
+    return 2.0 * out * float(np.prod([lhs[d] for d in lhs_contract]))
+  if name == "conv_general_dilated":
+    return 2.0 * _conv_macs(eqn)
+  return 0.0
+
+
+def _taps(n: int, k: int, o: int, stride: int, pad_lo: int, lhs_dil: int, rhs_dil: int) -> int:
+  """(output position, kernel tap) pairs of one spatial dim that meet a real input value."""
+  x = np.arange(o)[:, None] * stride + np.arange(k)[None, :] * rhs_dil - pad_lo  # dilated-input index
+  return int(np.sum((x >= 0) & (x <= (n - 1) * lhs_dil) & (x % lhs_dil == 0)))
+
+
+def _conv_macs(eqn) -> float:
+  p = eqn.params
+  lhs, rhs, out = eqn.invars[0].aval.shape, eqn.invars[1].aval.shape, eqn.outvars[0].aval.shape
+  dn, nsp = p["dimension_numbers"], len(p["window_strides"])
+  lhs_dil, rhs_dil = p["lhs_dilation"] or (1,) * nsp, p["rhs_dilation"] or (1,) * nsp
+  taps = 1
+  for i in range(nsp):
+    taps *= _taps(lhs[dn.lhs_spec[2 + i]], rhs[dn.rhs_spec[2 + i]], out[dn.out_spec[2 + i]],
+                  p["window_strides"][i], p["padding"][i][0], lhs_dil[i], rhs_dil[i])
+  # Each output value sums its taps over the kernel's input features (per group).
+  return float(out[dn.out_spec[0]]) * out[dn.out_spec[1]] * rhs[dn.rhs_spec[1]] * taps
+
+
+def _sub_jaxprs(params):
+  for value in params.values():
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+      if isinstance(v, jax_core.ClosedJaxpr):
+        yield v.jaxpr
+      elif isinstance(v, jax_core.Jaxpr):
+        yield v
+
+
+def jaxpr_flops(jaxpr) -> float:
+  """Matmul and convolution FLOPs of a (closed) jaxpr, nested programs included."""
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+  total = 0.0
+  for eqn in jaxpr.eqns:
+    times = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
+    total += _eqn_flops(eqn) + times * sum(jaxpr_flops(sub) for sub in _sub_jaxprs(eqn.params))
+  return total
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+  """The best rate of an n x n x n float32 matmul, jitted, over ``repeats`` timed calls."""
+  a = jnp.ones((n, n), jnp.float32)
+  f = jax.jit(jnp.matmul)
+  f(a, a).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a, a).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2 * n ** 3 / best / 1e9

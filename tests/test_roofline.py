@@ -1,0 +1,71 @@
+"""experiments/roofline.py counts a program's matmul and convolution FLOPs: hand values and invariants."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+from experiments import cpu_race, roofline
+from lasp_jax import models
+
+
+def flops(f, *args):
+  return roofline.jaxpr_flops(jax.make_jaxpr(f)(*args))
+
+
+def conv(x, k, strides=(1, 1), padding=((0, 0), (0, 0))):
+  return lax.conv_general_dilated(x, k, strides, padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+def test_dot_and_valid_conv_hand_values():
+  assert flops(jnp.dot, jnp.ones((3, 4)), jnp.ones((4, 5))) == 2 * 3 * 4 * 5
+  # 2 images, 6x6 outputs, 4 output channels, 3x3 taps over 3 input channels.
+  assert flops(conv, jnp.ones((2, 8, 8, 3)), jnp.ones((3, 3, 3, 4))) == 2 * (2 * 6 * 6 * 4) * (3 * 3 * 3)
+
+
+def test_padded_conv_counts_only_taps_on_real_pixels():
+  # 3x3 "SAME" on 4x4: corners see 4 real taps, edges 6, the inner 2x2 9: 4*4 + 8*6 + 4*9 = 100.
+  same = lambda x, k: conv(x, k, (1, 1), ((1, 1), (1, 1)))
+  assert flops(same, jnp.ones((1, 4, 4, 1)), jnp.ones((3, 3, 1, 1))) == 2 * 100
+
+
+@pytest.mark.parametrize("strides,padding", [((1, 1), ((0, 0), (0, 0))), ((2, 2), ((1, 1), (1, 1))),
+                                             ((1, 1), ((2, 2), (2, 2)))])
+def test_a_convs_gradients_count_as_much_as_its_forward(strides, padding):
+  """JAX's input gradient pads (and for strides dilates) the output gradient; only real products count."""
+  x, k = jnp.ones((2, 9, 9, 3)), jnp.ones((5, 5, 3, 4))
+  fwd = flops(lambda x, k: conv(x, k, strides, padding), x, k)
+  loss = lambda x, k: conv(x, k, strides, padding).sum()
+  assert flops(jax.grad(loss, argnums=1), x, k) == 2 * fwd  # forward + weight gradient
+  assert flops(jax.grad(loss, argnums=(0, 1)), x, k) == 3 * fwd
+
+
+def test_loops_scan_counts_its_length_a_while_its_body_once():
+  a = jnp.ones((4, 4))
+  one = 2 * 4 ** 3
+  assert flops(lambda a: lax.scan(lambda c, _: (c @ a, None), a, None, length=3)[0], a) == 3 * one
+  assert flops(lambda a, n: lax.fori_loop(0, n, lambda i, c: c @ a, a), a, 3) == one
+
+
+def test_rmnist_net_forward_hand_count():
+  # conv1 24x24x20 outputs of 25 taps, conv2 8x8x50 of 25x20, fc 800->500, head 500->500->500.
+  per_image = 2 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 500 + 500 * 500)
+  net = models.ContrastiveModel(models.MnistNet(), models.ProjectionHead(500, 500))
+  x = jnp.ones((3, 28, 28, 1))
+  params = jax.eval_shape(net.init, jax.random.key(0), x)
+  assert flops(net.apply, params, x) == 3 * per_image
+
+
+def test_race_step_counts_each_part_once():
+  """The R-MNIST race step: current model forward + backward, the past model's forward, the losses, the views.
+
+  Fails if the step computes a forward twice or a gradient it does not need.
+  """
+  b = 8
+  fwd = 2 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 500 + 500 * 500)
+  conv1_dx = 2 * 24 * 24 * 20 * 25  # the images' gradient: not needed
+  model = fwd + (2 * fwd - conv1_dx) + fwd  # current: forward, weight and input gradients; past: forward
+  # (2b x 500) similarities: SupCon's forward and 2 gradients, IRD's current and past forward + 2 gradients.
+  losses = 7 * 2 * (2 * b) ** 2 * 500
+  views = 4 * 2 * 28 ** 3  # per image: 2 views x 2 resampling matmuls (rows, columns) of 28x28x28
+  assert cpu_race.step_gflop("mnistnet", b) * 1e9 == pytest.approx(2 * b * model + losses + b * views, rel=1e-9)

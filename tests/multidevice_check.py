@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax import lookahead, seeds, train
-from lasp_jax.steps import Batch, PastModel, epoch_batches
-from tests.conftest import tiny_config
+from lasp_jax.steps import Batch, PastModel
+from tests.conftest import placed_chunk, tiny_config
 
 
 def check_config(**kw):
@@ -33,7 +33,7 @@ def seed_chunks(devices, workdir, vmapped: bool):
   group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
   stack = lambda trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # seeds on a new leading axis
   chunks = [r.epoch_chunks(0, 0, r.task_plan(0))[0][0] for r in group.runs]
-  pasts = [PastModel(*jax.tree.map(lambda x: x * 0.95, (r.state.params, r.state.batch_stats))) for r in group.runs]
+  pasts = [PastModel(*jax.tree.map(lambda x: x * 0.9, (r.state.params, r.state.batch_stats))) for r in group.runs]
   if vmapped:
     batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
     data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
@@ -49,10 +49,7 @@ def seed_chunks(devices, workdir, vmapped: bool):
 def train_chunk(devices, workdir, run=None):
   """One chunk of 2 steps with a past model, on a ("data",) mesh over ``devices``: (state, metrics)."""
   run = run or check_run(devices, workdir)
-  pool = train.training_pool(run.stream, run.memory, 0)
-  b = epoch_batches(pool, 16, 2, np.random.default_rng(0))
-  past = PastModel(*jax.tree.map(lambda x: x * 0.95, (run.state.params, run.state.batch_stats)))
-  chunk = Batch(*[jax.device_put(f[0], run.batch_sharding) for f in b])
+  chunk, past = placed_chunk(run, 2)
   return run.chunk_fn(run.state, past, jnp.ones(16, bool), run.data, chunk, jnp.full(2, 0.05))
 
 

@@ -13,7 +13,7 @@ net's 5x5 VALID conv2 is a "full" correlation over a zero-padded 16x16 input, 2.
 products that matter (an implementation can skip them; conv.py's col2im does). So a
 convolution's forward, input gradient and weight gradient each count the same. Loops: a
 ``scan``'s body counts ``length`` times, a ``while``'s body (a chunk's ``fori_loop`` over its
-steps) once.
+steps) once; a ``cond`` counts its dearest branch.
 """
 
 from __future__ import annotations
@@ -71,8 +71,12 @@ def jaxpr_flops(jaxpr) -> float:
   jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
   total = 0.0
   for eqn in jaxpr.eqns:
-    times = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
-    total += _eqn_flops(eqn) + times * sum(jaxpr_flops(sub) for sub in _sub_jaxprs(eqn.params))
+    inner = [jaxpr_flops(sub) for sub in _sub_jaxprs(eqn.params)]
+    name = eqn.primitive.name
+    if name == "cond":  # one branch runs: count the dearest
+      total += max(inner)
+    else:
+      total += _eqn_flops(eqn) + (eqn.params["length"] if name == "scan" else 1) * sum(inner)
   return total
 
 

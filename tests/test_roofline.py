@@ -40,11 +40,12 @@ def test_a_convs_gradients_count_as_much_as_its_forward(strides, padding):
   assert flops(jax.grad(loss, argnums=(0, 1)), x, k) == 3 * fwd
 
 
-def test_loops_scan_counts_its_length_a_while_its_body_once():
+def test_control_flow_scan_counts_its_length_a_while_its_body_once_a_cond_one_branch():
   a = jnp.ones((4, 4))
   one = 2 * 4 ** 3
   assert flops(lambda a: lax.scan(lambda c, _: (c @ a, None), a, None, length=3)[0], a) == 3 * one
   assert flops(lambda a, n: lax.fori_loop(0, n, lambda i, c: c @ a, a), a, 3) == one
+  assert flops(lambda a, p: lax.cond(p, lambda: a @ a @ a, lambda: a @ a), a, True) == 2 * one
 
 
 def test_rmnist_net_forward_hand_count():

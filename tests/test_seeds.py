@@ -11,7 +11,7 @@ from lasp_jax.errors import ConfigError
 from tests.conftest import tiny_config
 
 BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_first": 1, "train.epochs": 1,
-        "seeds_mode": "vmap"}
+        "eval.raw_pixels": False, "seeds_mode": "vmap"}
 
 
 def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seeds(tmp_path, monkeypatch):

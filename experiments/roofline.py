@@ -28,11 +28,10 @@ from jax.extend import core as jax_core
 
 def _eqn_flops(eqn) -> float:
   name = eqn.primitive.name
-  out = float(np.prod(eqn.outvars[0].aval.shape))
   if name == "dot_general":
     (lhs_contract, _), _ = eqn.params["dimension_numbers"]
     lhs = eqn.invars[0].aval.shape
-    return 2.0 * out * float(np.prod([lhs[d] for d in lhs_contract]))
+    return 2.0 * float(np.prod(eqn.outvars[0].aval.shape)) * float(np.prod([lhs[d] for d in lhs_contract]))
   if name == "conv_general_dilated":
     return 2.0 * _conv_macs(eqn)
   return 0.0

@@ -113,8 +113,14 @@ def placed_chunk(run, steps_per_call=1):
   pool = train.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, run.config.train.batch_size, steps_per_call, np.random.default_rng(0))
   chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
-  past = steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
-  return chunk, jax.device_put(past, run.replicated)
+  return chunk, jax.device_put(past_model(run), run.replicated)
+
+
+def past_model(run):
+  """A past model for ``run``'s step that differs from its network: its weights and BN statistics x 0.9."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from lasp_jax import steps  # pylint: disable=g-import-not-at-top
+  return steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax import lookahead, seeds, train
-from lasp_jax.steps import Batch, PastModel
-from tests.conftest import placed_chunk, tiny_config
+from lasp_jax.steps import Batch
+from tests.conftest import past_model, placed_chunk, tiny_config
 
 
 def check_config(**kw):
@@ -33,7 +33,7 @@ def seed_chunks(devices, workdir, vmapped: bool):
   group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
   stack = lambda trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # seeds on a new leading axis
   chunks = [r.epoch_chunks(0, 0, r.task_plan(0))[0][0] for r in group.runs]
-  pasts = [PastModel(*jax.tree.map(lambda x: x * 0.9, (r.state.params, r.state.batch_stats))) for r in group.runs]
+  pasts = [past_model(r) for r in group.runs]
   if vmapped:
     batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
     data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from lasp_jax import config_lib
+from lasp_jax import config_lib, health
 
 NAMES = config_lib.BASELINES
 
@@ -22,13 +22,18 @@ def baseline_config(config: ml_collections.ConfigDict, name: str) -> ml_collecti
 
 
 def comparison(results: dict) -> str:
-  """A method-by-method table of the final accuracies, raw pixels last."""
+  """A method-by-method table of the final accuracies, raw pixels last; a run that failed a health check
+  carries a dagger and the checks it failed are listed below the table."""
   first = next(iter(results.values()))
   metrics = list(first["final"])
   lines = [f"{'':28}" + "".join(f"{m:>12}" for m in metrics)]
+  notes = []
   for name, res in results.items():
-    lines.append(f"{name:28}" + "".join(f"{res['final'][m]:12.2f}" for m in metrics))
+    label = name + health.mark(res)
+    lines.append(f"{label:28}" + "".join(f"{res['final'][m]:12.2f}" for m in metrics))
+    if health.is_flagged(res):
+      notes.append(f"† {name}: failed health checks {', '.join(health.flagged_checks(res))} (see its results.json)")
   pixels = first.get("baselines", {}).get("raw_pixels")
   if pixels:
     lines.append(f"{'raw pixels (linear)':28}" + "".join(f"{pixels[m]:12.2f}" for m in metrics))
-  return "\n".join(lines)
+  return "\n".join(lines + notes)

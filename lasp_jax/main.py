@@ -90,6 +90,11 @@ def main(argv):
   print(f"results: {os.path.join(workdir, 'seed_*' if config.num_seeds > 1 else '', 'results.json')}")
 
 
-if __name__ == "__main__":
+def run():
+  """The ``lasp-jax`` console script: the same as ``python -m lasp_jax.main``."""
   flags.mark_flags_as_required(["config"])
   app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+  run()

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from lasp_jax import config_lib
+from lasp_jax import config_lib, health
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
 from lasp_jax.train import ContinualRun, checkpoint_due, pad_lrs
@@ -127,8 +127,8 @@ class SeedGroup:
       self._unstack_into_runs(state)
       for r, p, (t0, outs), bar in zip(runs, plans, starts, bars):
         r.end_epoch(t, e, p, outs, t0, bar)  # each run holds its seed's state from the unstack above
-    for r, bar in zip(runs, bars):
-      r.end_task(t, bar)
+    for r, bar, p in zip(runs, bars, plans):
+      r.end_task(t, bar, p)
     elapsed = round(time.perf_counter() - start, 3)
     for r in runs:  # the shared program's time, charged to every seed
       timing = r.host.setdefault("timing", {})
@@ -141,25 +141,39 @@ class SeedGroup:
 
 
 def mean_result(results: list[dict]) -> dict:
-  """The seeds' mean final accuracies (and raw-pixel baseline), in a results.json's shape, for the comparison."""
+  """The seeds' mean final accuracies (and raw-pixel baseline), in a results.json's shape, for the comparison.
+
+  A seed that failed a health check makes the mean flagged: its checks are named per seed."""
   mean = lambda dicts: {n: statistics.mean(d[n] for d in dicts) for n in dicts[0]}
   out = {"final": mean([r["final"] for r in results])}
   pixels = [r.get("baselines", {}).get("raw_pixels") for r in results]
   if all(pixels):
     out["baselines"] = {"raw_pixels": mean(pixels)}
+  bad = [f"seed {r['seed']}: {c}" for r in results if health.is_flagged(r) for c in health.flagged_checks(r)]
+  out["health"] = {"ok": not bad, "checks": bad}
   return out
 
 
 def seed_table(results: list[dict]) -> str:
-  """Markdown: each seed's final accuracies and their mean (std)."""
+  """Markdown: each seed's final accuracies (a dagger on a seed that failed a health check) and their mean (std)
+  over every seed, then over the healthy seeds alone when some are flagged."""
   names = list(results[0]["final"])
   lines = ["| seed | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
   for r in results:
-    lines.append(f"| {r['seed']} | " + " | ".join(f"{r['final'][n]:.2f}" for n in names) + " |")
+    lines.append(f"| {r['seed']}{health.mark(r)} | " + " | ".join(f"{r['final'][n]:.2f}" for n in names) + " |")
+  healthy = [r for r in results if not health.is_flagged(r)]
+  lines.append(_mean_row(f"mean (std), {len(results)} seeds", results, names))
+  if len(healthy) < len(results):
+    lines.append(_mean_row(f"mean (std), the {len(healthy)} healthy seeds", healthy, names))
+    lines.append("")
+    lines += [f"† seed {r['seed']}: {', '.join(health.flagged_checks(r))}" for r in results if health.is_flagged(r)]
+  return "\n".join(lines) + "\n"
+
+
+def _mean_row(label: str, results: list[dict], names) -> str:
   cells = []
   for n in names:
     vals = [r["final"][n] for r in results]
     std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    cells.append(f"{statistics.mean(vals):.2f} ({std:.2f})")
-  lines.append(f"| mean (std), {len(results)} seeds | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+    cells.append(f"{statistics.mean(vals):.2f} ({std:.2f})" if vals else "-")
+  return f"| {label} | " + " | ".join(cells) + " |"

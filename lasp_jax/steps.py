@@ -73,9 +73,11 @@ def contrastive_labels(labels, domain, cfg: LossConfig):
 
 
 # Per-step metrics, in this order (train.py reads them by name). z_norm: the mean L2 norm of the current
-# model's embeddings over the valid rows; grad_norm: the global norm of the parameter gradient. A collapsed
-# representation shows as a flat loss with grad_norm near 0; a diverging one as z_norm growing without bound.
-METRICS = ("loss", "supcon", "ird", "z_norm", "grad_norm", "num_valid")
+# model's embeddings over the valid rows; z_var: their total variance over their mean squared norm (1 for
+# unit vectors spread evenly, 0 when every row is the same embedding); grad_norm: the global norm of the
+# parameter gradient. A collapsed representation shows as z_var and grad_norm near 0 (health.py); a
+# diverging one as z_norm growing without bound.
+METRICS = ("loss", "supcon", "ird", "z_norm", "z_var", "grad_norm", "num_valid")
 
 
 def _forward(model, variables, x, train: bool, mask):
@@ -91,16 +93,25 @@ def _losses(params, state, past, dim_mask, views, labels, batch, model, cfg: Los
   z, new_stats = _forward(model, {"params": params, "batch_stats": state.batch_stats}, views, True, row_valid)
   supcon = losses.supcon_loss(features=z, labels=labels, is_current=batch.is_current, valid=batch.valid,
                               temperature=cfg.temperature, base_temperature=cfg.base_temperature)
-  norms = jnp.linalg.norm(jax.lax.stop_gradient(z).astype(jnp.float32), axis=-1)
-  z_norm = jnp.sum(jnp.where(row_valid, norms, 0.0)) / jnp.maximum(jnp.sum(row_valid), 1)
+  stats = _embedding_stats(jax.lax.stop_gradient(z).astype(jnp.float32), row_valid)
   if past is None:  # no IRD term at all: the program is then the same for every method (one compile, cached)
-    return supcon, (supcon, jnp.zeros((), jnp.float32), z_norm, new_stats)
+    return supcon, (supcon, jnp.zeros((), jnp.float32), stats, new_stats)
   z_past, _ = _forward(model, past._asdict(), views, cfg.past_bn == "batch", row_valid)
   kw = dict(z_cur=z, z_past=jax.lax.stop_gradient(z_past), temp_cur=cfg.temp_cur, temp_past=cfg.temp_past,
             valid=batch.valid)
   ird = losses.selective_ird_loss(dim_mask=dim_mask, **kw) if cfg.selective else losses.ird_loss(**kw)
   total = supcon + cfg.ird_weight * ird
-  return total, (supcon, ird, z_norm, new_stats)
+  return total, (supcon, ird, stats, new_stats)
+
+
+def _embedding_stats(z, row_valid):
+  """(mean L2 norm, total variance / mean squared norm) of the valid rows of z."""
+  w = row_valid.astype(jnp.float32)[:, None]
+  count = jnp.maximum(jnp.sum(w), 1.0)
+  sq = jnp.sum(w * z * z) / count
+  mean = jnp.sum(w * z, axis=0) / count
+  z_norm = jnp.sum(w[:, 0] * jnp.linalg.norm(z, axis=-1)) / count
+  return z_norm, (sq - jnp.sum(mean * mean)) / jnp.maximum(sq, 1e-30)
 
 
 def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: DeviceData, batch: Batch, lr,
@@ -113,14 +124,14 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   views = jax.lax.optimization_barrier(views)
   labels = contrastive_labels(data.labels[batch.index], batch.domain, cfg)
   grad_fn = jax.value_and_grad(_losses, has_aux=True)
-  (loss, (supcon, ird, z_norm, new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels,
+  (loss, (supcon, ird, (z_norm, z_var), new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels,
                                                             batch, model, cfg)
   opt_state = with_learning_rate(state.opt_state, lr)
   updates, opt_state = tx.update(grads, opt_state, state.params)
   params = jax.tree.map(lambda p, u: p + u, state.params, updates)
   new = state.replace(step=state.step + 1, params=params, batch_stats=new_stats, opt_state=opt_state)
   num_valid = jnp.sum(batch.valid).astype(jnp.float32)
-  return new, jnp.stack([loss, supcon, ird, z_norm, optax.tree.norm(grads), num_valid])
+  return new, jnp.stack([loss, supcon, ird, z_norm, z_var, optax.tree.norm(grads), num_valid])
 
 
 def chunk_body(model, tx, aug_cfg, cfg: LossConfig):

@@ -8,6 +8,7 @@ epoch, step), so a resumed run repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -23,7 +24,7 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from lasp_jax import checkpoint, config_lib, cpu_kernels, lookahead, memory as memory_lib, metrics, modulation, probe, provenance
+from lasp_jax import checkpoint, config_lib, cpu_kernels, health, lookahead, memory as memory_lib, metrics, modulation, probe, provenance
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
@@ -126,13 +127,20 @@ def pad_lrs(lrs: np.ndarray, steps: int) -> jax.Array:
 _COL = {name: i for i, name in enumerate(METRICS)}
 
 
+# Column layouts of step metrics saved by earlier versions (a partial epoch in a checkpoint still resumes).
+_OLD_METRICS = {4: ("loss", "supcon", "ird", "num_valid"),
+                6: ("loss", "supcon", "ird", "z_norm", "grad_norm", "num_valid")}
+
+
 def step_metrics(rows) -> np.ndarray:
-  """Step metrics as a (steps, len(METRICS)) array. A partial epoch saved before z_norm and grad_norm
-  existed (loss, supcon, ird, num_valid) gets NaN there, so such a checkpoint still resumes."""
+  """Step metrics as a (steps, len(METRICS)) array; a column an older checkpoint lacks is NaN."""
   a = np.asarray(rows, np.float32)
-  if a.size and a.shape[-1] == 4:
-    a = a.reshape(-1, 4)
-    a = np.concatenate([a[:, :3], np.full((len(a), len(METRICS) - 4), np.nan, np.float32), a[:, 3:]], axis=1)
+  width = a.shape[-1] if a.size else len(METRICS)
+  if width != len(METRICS):
+    old = a.reshape(-1, width)
+    a = np.full((len(old), len(METRICS)), np.nan, np.float32)
+    for i, name in enumerate(_OLD_METRICS[width]):
+      a[:, _COL[name]] = old[:, i]
   return a.reshape(-1, len(METRICS))
 
 
@@ -145,61 +153,6 @@ def checkpoint_due(chunk_lrs, k: int, every: int) -> bool:
   """Whether chunk k of an epoch (chunks of unequal length) crosses a multiple of ``every`` steps."""
   done = sum(len(x) for x in chunk_lrs[:k + 1])
   return done % every < len(chunk_lrs[k])
-
-
-def warn_if_frozen(t: int, lrs: np.ndarray, *, floor: float) -> bool:
-  """One line on stderr when task t's whole schedule sits at the floor learning rate."""
-  frozen = bool(np.all(lrs <= floor * (1 + 1e-4)))
-  if frozen:
-    tqdm.tqdm.write(f"warning: task {t} trains entirely at the floor learning rate {floor:g} "
-                    f"(train.schedule=published_epoch_cosine with a 1-epoch task); use train.schedule=step_cosine "
-                    f"or more epochs for the task to learn", file=sys.stderr)
-  return frozen
-
-
-def warn_if_not_learning(t: int, epoch_losses) -> bool:
-  """One line on stderr when a task of >= 2 epochs ends with a training loss no lower than its first epoch's."""
-  stuck = len(epoch_losses) >= 2 and not epoch_losses[-1] < epoch_losses[0]
-  if stuck:
-    tqdm.tqdm.write(f"warning: task {t}'s training loss did not decrease ({epoch_losses[0]:.4g} in epoch 1, "
-                    f"{epoch_losses[-1]:.4g} in epoch {len(epoch_losses)}): check train.lr and the schedule",
-                    file=sys.stderr)
-  return stuck
-
-
-def warn_if_collapsed(t: int, grad_norms, ratio: float = 1e-3) -> bool:
-  """One line on stderr when task t's last epoch has a gradient norm under ``ratio`` x the largest of the run.
-
-  ``grad_norms``: the run's per-epoch gradient norms so far, task t's last epoch last. A representation
-  that collapsed to one embedding for every input is a stationary point of SupCon and IRD (all relations
-  equal): the gradient is exactly 0 and nothing trains again, while the loss only looks flat.
-  """
-  norms = np.asarray(grad_norms, np.float64)
-  norms = norms[np.isfinite(norms)]
-  collapsed = len(norms) >= 2 and norms[-1] < ratio * norms.max()
-  if collapsed:
-    tqdm.tqdm.write(f"warning: task {t}'s gradient vanished ({norms[-1]:.2g} in its last epoch, up to "
-                    f"{norms.max():.3g} before): the representation collapsed to one embedding and stopped training",
-                    file=sys.stderr)
-  return collapsed
-
-
-def warn_if_diverging(t: int, z_norms, ratio: float = 20.0) -> bool:
-  """One line on stderr when task t's last epoch's mean embedding norm is over ``ratio`` x the run's first epoch's.
-
-  Without L2 normalization (R-MNIST's net) SupCon's logits z.z'/tau reward a larger scale and nothing bounds
-  it: at too high a learning rate the norm runs away (0.7 -> 4e15 within an epoch on the tiny net at lr 0.05,
-  session 10) before the loss turns non-finite. A healthy run grows slowly (configs/mnist5k_rot.py Co2L:
-  0.75 -> 1.59 over 5 tasks). Normalized embeddings have norm 1 and never warn.
-  """
-  norms = np.asarray(z_norms, np.float64)
-  norms = norms[np.isfinite(norms)]
-  diverging = len(norms) >= 2 and norms[-1] > ratio * norms[0]
-  if diverging:
-    tqdm.tqdm.write(f"warning: task {t}'s embedding norm grew to {norms[-1]:.3g} ({norms[0]:.3g} in the run's first "
-                    f"epoch): the unnormalized embeddings are diverging; lower train.lr or set "
-                    f"model.normalize_embedding=True", file=sys.stderr)
-  return diverging
 
 
 # ------------------------------------------------------------------------------ the run
@@ -344,9 +297,6 @@ class ContinualRun:
                         warmup_target_epochs=c.train.epochs if c.train.warmup_target == "published" else None,
                         min_ratio=c.train.lr_min_ratio, kind=c.train.schedule)
     lrs = schedule_values(sched, epochs * spe)
-    prog = self.host["progress"]
-    if prog["epoch"] == 0 and prog["call"] == 0:
-      warn_if_frozen(t, lrs, floor=c.train.lr * c.train.lr_min_ratio)
     return dict(pool=pool, per_epoch=per_epoch, spe=spe, epochs=epochs, lrs=lrs,
                 mask=jnp.asarray(self.host["mask"], bool))
 
@@ -377,12 +327,30 @@ class ContinualRun:
     spe, lrs = plan["spe"], plan["lrs"]
     self._end_epoch(t, e, outs, self.host["progress"], lrs[min((e + 1) * spe, len(lrs)) - 1], (t0, len(outs[0])),
                     bar)
+    self.host["curves"][-1].update(self.degenerate_values(t, e, plan))
 
-  def end_task(self, t: int, bar) -> None:
+  def degenerate_values(self, t: int, e: int, plan: dict) -> dict:
+    """SupCon of a constant embedding and IRD of uniform relations on epoch e's batches (health.py)."""
+    chunks, _ = self.epoch_chunks(t, e, plan)
+    valid = np.concatenate([np.asarray(b.valid) for b in chunks])
+    current = np.concatenate([np.asarray(b.is_current) for b in chunks]) & valid
+    n = valid.sum(-1)
+    tc = self.config.train
+    return {"supcon_const": health.supcon_constant_value(num_valid=n, num_current=current.sum(-1),
+                                                         temperature=tc.temperature,
+                                                         base_temperature=tc.base_temperature),
+            "ird_uniform": health.ird_uniform_value(num_valid=n)}
+
+  def end_task(self, t: int, bar, plan: dict) -> None:
+    """Closes the task's progress bar and runs the health checks on it (one line per flag, kept for results)."""
     bar.close()
-    warn_if_not_learning(t, [c["loss"] for c in self.host["curves"] if c["task"] == t])
-    warn_if_collapsed(t, [c.get("grad_norm", np.nan) for c in self.host["curves"]])
-    warn_if_diverging(t, [c.get("z_norm", np.nan) for c in self.host["curves"]])
+    c = self.config
+    boundary = next((b for b in self.host["boundaries"] if b["task"] == t), None)
+    flags = health.task_flags(t, self.host["curves"], lrs=plan["lrs"], floor=c.train.lr * c.train.lr_min_ratio,
+                              boundary=boundary, selective=config_lib.uses_sd(c))
+    for f in flags:
+      tqdm.tqdm.write(f.line(), file=sys.stderr)
+    self.host.setdefault("health", []).extend(dataclasses.asdict(f) for f in flags)
 
   def train_task(self, t: int) -> None:
     c, plan = self.config, self.task_plan(t)
@@ -402,7 +370,7 @@ class ContinualRun:
           self.save_mid_epoch(t, e, k, outs)
           fault_point(f"step:{t}:{e}:{k + 1}")
       self.end_epoch(t, e, plan, outs, t0, bar)
-    self.end_task(t, bar)
+    self.end_task(t, bar, plan)
 
   def save_mid_epoch(self, t: int, e: int, k: int, outs) -> None:
     """A checkpoint after chunk k of epoch e, with the epoch's metrics so far."""
@@ -580,6 +548,7 @@ class ContinualRun:
         "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
         "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
         "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
+        "health": health.record(health.Flag(**f) for f in h.get("health", [])),
         "extra": h.get("extra", []), "baselines": h.get("baselines", {}), "timing": h.get("timing", {}),
         "wall_time_s": round(h["wall_time_s"] + time.perf_counter() - self._t_start, 2),
         "provenance": provenance.provenance(),
@@ -607,5 +576,9 @@ def summary(results: dict) -> str:
   for name, accs in results.get("baselines", {}).items():
     lines.append(f"baseline {name} (converged linear classifier on the final probe's data): " +
                  ", ".join(f"{m} {v:.2f}%" for m, v in accs.items()))
+  h = results.get("health")
+  if h is not None:
+    lines.append("health: ok (every task trained)" if h["ok"] else
+                 f"health: FLAGGED ({', '.join(h['checks'])}; {len(h['flags'])} flags in results.json)")
   lines.append(f"wall time: {results['wall_time_s']:.1f} s")
   return "\n".join(lines)

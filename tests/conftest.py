@@ -28,8 +28,8 @@ if os.environ.get("PYTEST_XDIST_WORKER") and SINGLE_THREAD_FLAG not in os.enviro
 
 
 def golden_dir() -> pathlib.Path:
-  """Directory of the golden vectors: $LASP_GOLDEN_DIR or ../shared/golden."""
-  return pathlib.Path(os.environ.get("LASP_GOLDEN_DIR", REPO.parent / "shared" / "golden"))
+  """Directory of the golden vectors: $LASP_GOLDEN_DIR (e.g. held-out seeds) or tests/golden."""
+  return pathlib.Path(os.environ.get("LASP_GOLDEN_DIR", REPO / "tests" / "golden"))
 
 
 def golden_files(family: str) -> list[str]:

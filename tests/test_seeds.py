@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from lasp_jax import config_lib, seeds, train
+from lasp_jax import baselines, config_lib, seeds, train
 from lasp_jax.errors import ConfigError
 from tests.conftest import tiny_config
 
@@ -52,7 +52,21 @@ def test_seed_table_and_mean_by_hand():
   rs = [{"seed": 0, "final": {"a": 70.0}, "baselines": {"raw_pixels": {"a": 50.0}}},
         {"seed": 1, "final": {"a": 74.0}, "baselines": {"raw_pixels": {"a": 52.0}}}]
   assert seeds.seed_table(rs).splitlines()[-1] == "| mean (std), 2 seeds | 72.00 (2.83) |"
-  assert seeds.mean_result(rs) == {"final": {"a": 72.0}, "baselines": {"raw_pixels": {"a": 51.0}}}
+  assert seeds.mean_result(rs) == {"final": {"a": 72.0}, "baselines": {"raw_pixels": {"a": 51.0}},
+                                   "health": {"ok": True, "checks": []}}
+
+
+def test_a_flagged_seed_is_marked_and_left_out_of_the_healthy_mean():
+  bad = {"ok": False, "checks": ["supcon_constant"], "flags": []}
+  rs = [{"seed": 0, "final": {"a": 70.0}}, {"seed": 1, "final": {"a": 74.0}, "health": bad},
+        {"seed": 2, "final": {"a": 72.0}, "health": {"ok": True, "checks": [], "flags": []}}]
+  table = seeds.seed_table(rs).splitlines()
+  assert "| 1† | 74.00 |" in table and "| 0 | 70.00 |" in table
+  assert "| mean (std), 3 seeds | 72.00 (2.00) |" in table
+  assert "| mean (std), the 2 healthy seeds | 71.00 (1.41) |" in table
+  assert table[-1] == "† seed 1: supcon_constant"
+  assert seeds.mean_result(rs)["health"] == {"ok": False, "checks": ["seed 1: supcon_constant"]}
+  assert baselines.comparison({"sd": seeds.mean_result(rs)}).splitlines()[1].startswith("sd†")
 
 
 def test_seeds_mode_auto_runs_the_seeds_one_after_another_on_every_backend(monkeypatch):

@@ -262,8 +262,11 @@ def test_a_chunks_padded_tail_steps_do_not_run():
 
 
 def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():
-  """A mid-epoch checkpoint of older code holds (loss, supcon, ird, num_valid) rows: NaN norms, num_valid kept."""
+  """A mid-epoch checkpoint of older code holds (loss, supcon, ird, num_valid) rows, or those with z_norm and
+  grad_norm: the columns it lacks are NaN, the others keep their names."""
   old = train.step_metrics([[1.0, 2.0, 3.0, 64.0]])
-  np.testing.assert_array_equal(old, [[1.0, 2.0, 3.0, np.nan, np.nan, 64.0]])
+  np.testing.assert_array_equal(old, [[1.0, 2.0, 3.0, np.nan, np.nan, np.nan, 64.0]])
+  six = train.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]])
+  np.testing.assert_array_equal(six, [[1.0, 2.0, 3.0, 0.75, np.nan, 0.5, 64.0]])
   assert train.step_metrics([]).shape == (0, len(steps.METRICS))
-  np.testing.assert_array_equal(train.step_metrics(np.arange(12.0).reshape(2, 6)), np.arange(12.0).reshape(2, 6))
+  np.testing.assert_array_equal(train.step_metrics(np.arange(14.0).reshape(2, 7)), np.arange(14.0).reshape(2, 7))

@@ -1,0 +1,217 @@
+"""Run health: checks that flag a task that did not really train.
+
+Each check is a pure function of a task's per-epoch curves (or its boundary
+record) that returns a :class:`Flag` or ``None``. A run prints every flag as one
+line when it is raised and stores them all in ``results.json["health"]``; tables
+mark a flagged run with a dagger and never average it in silently.
+
+The reference values are exact for the batches a run draws:
+
+* SupCon of a constant embedding: every logit is equal, so each current anchor
+  scores ``(tau / base_tau) * log(2n - 1)`` for a batch of n valid samples, and
+  the mean over all 2n anchors weighs it by the share of current samples.
+* IRD with uniform relations: the cross-entropy of any distribution against the
+  uniform one over the 2n - 1 other rows is ``log(2n - 1)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+# A value within this fraction of its degenerate reference counts as sitting on it. The healthy runs of the
+# repository's configs end their tasks 5-15 % below SupCon's constant-embedding value and 10-20 % below
+# IRD's uniform value; a collapsed finetune run sits within 0.1 % of it.
+NEAR = 0.01
+# Relative embedding variance (total variance / mean squared norm, 1 for spread-out unit vectors, 0 for one
+# point) under which the embedding counts as collapsed.
+MIN_Z_VAR = 0.02
+# A task's last epoch must end at or below this fraction of its first epoch's loss.
+FALL = 0.99
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+  """One failed check: which, where, and what was measured."""
+  check: str
+  task: int
+  epoch: Optional[int]
+  message: str
+
+  def line(self) -> str:
+    where = f"task {self.task}" + ("" if self.epoch is None else f", epoch {self.epoch}")
+    return f"health: {where}: {self.check}: {self.message}"
+
+
+def supcon_constant_value(*, num_valid, num_current, temperature: float, base_temperature: float) -> float:
+  """SupCon of a constant embedding, averaged over steps weighted by their valid samples.
+
+  Args:
+    num_valid: (steps,) valid samples per step (n; 2n rows).
+    num_current: (steps,) valid current-task samples per step.
+  """
+  n = np.asarray(num_valid, np.float64)
+  c = np.asarray(num_current, np.float64)
+  keep = n > 1
+  per_step = (temperature / base_temperature) * np.log(2 * n[keep] - 1) * c[keep] / n[keep]
+  return float(np.average(per_step, weights=n[keep])) if keep.any() else math.nan
+
+
+def ird_uniform_value(*, num_valid) -> float:
+  """IRD when the current model's relations are uniform, averaged over steps weighted by their valid samples."""
+  n = np.asarray(num_valid, np.float64)
+  keep = n > 1
+  return float(np.average(np.log(2 * n[keep] - 1), weights=n[keep])) if keep.any() else math.nan
+
+
+def _near(value: float, reference: float) -> bool:
+  return math.isfinite(value) and math.isfinite(reference) and value >= (1 - NEAR) * reference
+
+
+# ------------------------------------------------------------------------------ per-epoch checks
+
+def supcon_at_constant(*, task: int, epoch: int, supcon: float, constant: float) -> Optional[Flag]:
+  """SupCon at (or above) the value of a constant embedding: the representation stopped separating classes."""
+  if _near(supcon, constant) and constant > 0:
+    return Flag("supcon_constant", task, epoch,
+                f"SupCon {supcon:.4g} is at the value of a constant embedding ({constant:.4g}): the current "
+                f"task's classes are not separated")
+  return None
+
+
+def ird_at_uniform(*, task: int, epoch: int, ird: float, uniform: float) -> Optional[Flag]:
+  """IRD at the uniform-relation value: distillation carries no information."""
+  if _near(ird, uniform):
+    return Flag("ird_uniform", task, epoch,
+                f"IRD {ird:.4g} is at the uniform-relation value {uniform:.4g}: the relations distilled are flat")
+  return None
+
+
+def embedding_collapsed(*, task: int, epoch: int, z_var: float) -> Optional[Flag]:
+  """Near-zero spread of the embeddings within a batch (relative to their squared norm)."""
+  if math.isfinite(z_var) and z_var < MIN_Z_VAR:
+    return Flag("embedding_variance", task, epoch,
+                f"embedding variance {z_var:.3g} of its squared norm (under {MIN_Z_VAR:g}): the embeddings "
+                f"of a batch coincide")
+  return None
+
+
+def non_finite(*, task: int, epoch: int, values: dict) -> Optional[Flag]:
+  bad = sorted(k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v))
+  if bad:
+    return Flag("non_finite", task, epoch, f"non-finite {', '.join(bad)}")
+  return None
+
+
+# ------------------------------------------------------------------------------ per-task checks
+
+def lr_frozen(*, task: int, lrs: Sequence[float], floor: float) -> Optional[Flag]:
+  """The task's whole schedule sits at the floor learning rate (a 1-epoch task under the per-epoch cosine)."""
+  if len(lrs) and bool(np.all(np.asarray(lrs) <= floor * (1 + 1e-4))):
+    return Flag("lr_frozen", task, None,
+                f"trains entirely at the floor learning rate {floor:g} (train.schedule=published_epoch_cosine "
+                f"with a 1-epoch task); use train.schedule=step_cosine or more epochs")
+  return None
+
+
+def loss_not_falling(*, task: int, epoch_losses: Sequence[float]) -> Optional[Flag]:
+  """A task of >= 2 epochs whose last epoch's loss is above ``FALL`` x its first epoch's."""
+  if len(epoch_losses) >= 2 and not epoch_losses[-1] <= FALL * epoch_losses[0]:
+    return Flag("loss_not_falling", task, len(epoch_losses),
+                f"training loss {epoch_losses[-1]:.4g} in its last epoch vs {epoch_losses[0]:.4g} in its first "
+                f"(must fall below {FALL:g}x): check train.lr and the schedule")
+  return None
+
+
+def grad_vanished(*, task: int, grad_norms: Sequence[float], ratio: float = 1e-3) -> Optional[Flag]:
+  """The task's last epoch has a gradient norm under ``ratio`` x the largest of the run so far.
+
+  A representation collapsed to one embedding is a stationary point of SupCon and IRD (all relations equal):
+  the gradient is exactly 0 and nothing trains again, while the loss only looks flat.
+  """
+  norms = np.asarray(grad_norms, np.float64)
+  norms = norms[np.isfinite(norms)]
+  if len(norms) >= 2 and norms[-1] < ratio * norms.max():
+    return Flag("grad_vanished", task, None,
+                f"gradient norm {norms[-1]:.2g} in its last epoch, up to {norms.max():.3g} before: the "
+                f"representation stopped training")
+  return None
+
+
+def diverging(*, task: int, z_norms: Sequence[float], ratio: float = 20.0) -> Optional[Flag]:
+  """The mean embedding norm grew over ``ratio`` x the run's first epoch's (unnormalized embeddings only:
+  SupCon's logits z.z'/tau reward scale and nothing bounds it at too high a learning rate)."""
+  norms = np.asarray(z_norms, np.float64)
+  norms = norms[np.isfinite(norms)]
+  if len(norms) >= 2 and norms[-1] > ratio * norms[0]:
+    return Flag("diverging", task, None,
+                f"embedding norm {norms[-1]:.3g} ({norms[0]:.3g} in the run's first epoch): lower train.lr or "
+                f"set model.normalize_embedding=True")
+  return None
+
+
+def mask_degenerate(*, task: int, selected_dims: int) -> Optional[Flag]:
+  """The mask search kept <= 1 dimension: selective distillation falls back to full IRD."""
+  if selected_dims <= 1:
+    return Flag("mask_degenerate", task, None,
+                f"the mask search kept {selected_dims} dimension(s): SD falls back to full IRD for this task")
+  return None
+
+
+# ------------------------------------------------------------------------------ a task, a run
+
+def epoch_flags(task: int, row: dict) -> list[Flag]:
+  """The per-epoch checks on one curve row (a dict of the epoch's mean metrics and references)."""
+  e = row.get("epoch")
+  found = [non_finite(task=task, epoch=e, values={k: row[k] for k in ("loss", "supcon", "ird") if k in row})]
+  if "supcon_const" in row:
+    found.append(supcon_at_constant(task=task, epoch=e, supcon=row["supcon"], constant=row["supcon_const"]))
+  if row.get("ird", 0.0) > 0 and "ird_uniform" in row:
+    found.append(ird_at_uniform(task=task, epoch=e, ird=row["ird"], uniform=row["ird_uniform"]))
+  if "z_var" in row:
+    found.append(embedding_collapsed(task=task, epoch=e, z_var=row["z_var"]))
+  return [f for f in found if f]
+
+
+def task_flags(task: int, curves: Sequence[dict], *, lrs=None, floor: float = 0.0,
+               boundary: Optional[dict] = None, selective: bool = False) -> list[Flag]:
+  """Every check on task ``task``: its last epoch, its loss over the task, the run's norms so far, its boundary.
+
+  ``curves``: the run's curve rows so far (task ``task``'s last); ``lrs``: the task's per-step learning rates.
+  """
+  own = [c for c in curves if c["task"] == task]
+  found = epoch_flags(task, own[-1]) if own else []
+  found += [loss_not_falling(task=task, epoch_losses=[c["loss"] for c in own]),
+            grad_vanished(task=task, grad_norms=[c.get("grad_norm", math.nan) for c in curves]),
+            diverging(task=task, z_norms=[c.get("z_norm", math.nan) for c in curves])]
+  if lrs is not None:
+    found.append(lr_frozen(task=task, lrs=lrs, floor=floor))
+  if selective and boundary is not None and "selected_dims" in boundary:
+    found.append(mask_degenerate(task=task, selected_dims=int(boundary["selected_dims"])))
+  return [f for f in found if f]
+
+
+def record(flags: Iterable[Flag]) -> dict:
+  """The ``health`` entry of results.json."""
+  flags = [dataclasses.asdict(f) for f in flags]
+  return {"ok": not flags, "checks": sorted({f["check"] for f in flags}), "flags": flags}
+
+
+def is_flagged(results: dict) -> bool:
+  """Whether a results dict carries a failed health check (results without a record count as unchecked, not
+  flagged)."""
+  return not results.get("health", {}).get("ok", True)
+
+
+def flagged_checks(results: dict) -> list[str]:
+  """The checks a results dict failed; for a seeds' mean, "seed k: check" for every flagged seed."""
+  h = results.get("health", {})
+  return list(h.get("checks", []))
+
+
+def mark(results: dict) -> str:
+  """The mark a table puts after a flagged run's figures."""
+  return "†" if is_flagged(results) else ""

@@ -1,0 +1,89 @@
+"""Health checks: each fires on a constructed case and stays quiet on a healthy one; the references are exact."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lasp_jax import health, losses
+
+
+def test_supcon_constant_value_equals_supcon_of_a_constant_embedding():
+  labels = np.array([0, 0, 1, 1, 2, 3])
+  current = np.array([True, True, True, True, False, False])
+  valid = np.array([True, True, True, True, True, False])
+  z = jnp.ones((12, 4)) / 2.0  # every row the same unit vector
+  got = losses.supcon_loss(features=z, labels=jnp.asarray(labels), is_current=jnp.asarray(current),
+                           valid=jnp.asarray(valid), temperature=0.5, base_temperature=0.07)
+  ref = health.supcon_constant_value(num_valid=[5], num_current=[4], temperature=0.5, base_temperature=0.07)
+  assert float(got) == pytest.approx(ref, rel=1e-6)
+  assert ref == pytest.approx(0.5 / 0.07 * math.log(9) * 4 / 5)
+  # Steps weigh by their valid samples: (64 * a + 32 * b) / 96.
+  two = health.supcon_constant_value(num_valid=[64, 32], num_current=[64, 32], temperature=0.5,
+                                     base_temperature=0.07)
+  assert two == pytest.approx(0.5 / 0.07 * (64 * math.log(127) + 32 * math.log(63)) / 96)
+
+
+def test_ird_uniform_value_equals_ird_against_uniform_relations():
+  rng = np.random.default_rng(0)
+  z_past = rng.standard_normal((10, 3)).astype(np.float32)
+  z_cur = np.ones((10, 3), np.float32)  # constant current embedding: uniform relations
+  got = losses.ird_loss(z_cur=jnp.asarray(z_cur), z_past=jnp.asarray(z_past), temp_cur=0.2, temp_past=0.01)
+  assert float(got) == pytest.approx(health.ird_uniform_value(num_valid=[5]), rel=1e-5)
+  assert health.ird_uniform_value(num_valid=[5]) == pytest.approx(math.log(9))
+
+
+def test_epoch_checks_fire_on_constructed_cases_and_not_on_healthy_values():
+  healthy = {"epoch": 3, "loss": 47.8, "supcon": 27.6, "ird": 4.04, "z_var": 0.9, "supcon_const": 31.3,
+             "ird_uniform": 4.844}  # the mnist5k SD run's task 1, last epoch
+  assert health.epoch_flags(1, healthy) == []
+  cases = {"supcon_constant": {"supcon": 34.38, "supcon_const": 34.40},      # finetune, collapsed
+           "ird_uniform": {"ird": 4.83},
+           "embedding_variance": {"z_var": 0.003},
+           "non_finite": {"loss": float("nan")}}
+  for check, change in cases.items():
+    flags = health.epoch_flags(1, {**healthy, **change})
+    assert [f.check for f in flags] == [check], check
+    assert flags[0].line().startswith(f"health: task 1, epoch 3: {check}: ")
+  # A value above the reference (a loss worse than a constant embedding) is flagged too.
+  assert health.supcon_at_constant(task=1, epoch=1, supcon=37.1, constant=34.4)
+  assert not health.supcon_at_constant(task=1, epoch=1, supcon=0.99 * 34.4 - 0.01, constant=34.4)
+
+
+def test_task_checks_fire_on_constructed_cases():
+  assert health.loss_not_falling(task=0, epoch_losses=[5.0, 5.0])
+  assert health.loss_not_falling(task=0, epoch_losses=[5.0, 4.96])       # fell, but by less than 1 %
+  assert not health.loss_not_falling(task=0, epoch_losses=[5.0, 4.95])
+  assert not health.loss_not_falling(task=0, epoch_losses=[5.0])         # one epoch: nothing to compare
+  assert not health.grad_vanished(task=0, grad_norms=[2.0, 0.5, 0.01])    # 0.5 % of the largest: still training
+  assert health.grad_vanished(task=3, grad_norms=[2.0, 3.1, 0.0465, 0.0003])
+  assert health.grad_vanished(task=4, grad_norms=[3.1, 0.0, float("nan"), 0.0])  # NaN: a resumed run's older epochs
+  assert not health.grad_vanished(task=0, grad_norms=[0.0])
+  assert not health.diverging(task=4, z_norms=[0.75, 0.87, 1.04, 1.09, 1.18, 1.26, 1.59])
+  assert health.diverging(task=1, z_norms=[0.68, 0.62, 15.6])
+  assert health.diverging(task=1, z_norms=[float("nan"), 0.7, 3.9e15])
+  assert health.mask_degenerate(task=2, selected_dims=1) and health.mask_degenerate(task=2, selected_dims=0)
+  assert not health.mask_degenerate(task=2, selected_dims=2)
+  assert health.lr_frozen(task=1, lrs=[1e-4] * 3, floor=1e-4) and not health.lr_frozen(task=1, lrs=[0.1, 1e-4],
+                                                                                        floor=1e-4)
+
+
+def test_task_flags_and_record():
+  curves = [{"task": 0, "epoch": 1, "loss": 31.5, "supcon": 31.5, "ird": 0.0, "grad_norm": 5.8, "z_norm": 1.0,
+             "supcon_const": 34.4, "ird_uniform": 4.84, "z_var": 0.8},
+            {"task": 0, "epoch": 2, "loss": 29.6, "supcon": 29.6, "ird": 0.0, "grad_norm": 0.3, "z_norm": 1.0,
+             "supcon_const": 34.4, "ird_uniform": 4.84, "z_var": 0.9},
+            {"task": 1, "epoch": 1, "loss": 37.1, "supcon": 37.1, "ird": 0.0, "grad_norm": 1.5, "z_norm": 1.0,
+             "supcon_const": 34.4, "ird_uniform": 4.84, "z_var": 0.4},
+            {"task": 1, "epoch": 2, "loss": 34.38, "supcon": 34.38, "ird": 0.0, "grad_norm": 0.05, "z_norm": 1.0,
+             "supcon_const": 34.4, "ird_uniform": 4.84, "z_var": 0.003}]
+  assert health.task_flags(0, curves[:2]) == []
+  flags = health.task_flags(1, curves, boundary={"task": 1, "selected_dims": 1}, selective=True)
+  assert sorted(f.check for f in flags) == ["embedding_variance", "mask_degenerate", "supcon_constant"]
+  assert not health.task_flags(1, curves, boundary={"task": 1, "selected_dims": 1}, selective=False)[-1].check \
+      == "mask_degenerate"
+  rec = health.record(flags)
+  assert not rec["ok"] and rec["checks"] == ["embedding_variance", "mask_degenerate", "supcon_constant"]
+  assert health.is_flagged({"health": rec}) and health.mark({"health": rec}) == "†"
+  assert health.record([]) == {"ok": True, "checks": [], "flags": []} and health.mark({}) == ""

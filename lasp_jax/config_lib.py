@@ -41,7 +41,7 @@ BASELINES = ("finetune", "joint")
 # Keys that may change between a run and its resumption.
 # "preset" is here because runs see resolved configs: its effect is in the keys it sets.
 # "model.cpu_convs" picks kernels, which change results only by float32 rounding.
-RESUME_FREE_KEYS = ("resume", "progress", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset",
+RESUME_FREE_KEYS = ("resume", "progress", "pictures", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset",
                     "model.cpu_convs", "seeds_mode")
 
 

@@ -15,6 +15,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.compute_dtype = "float32"    # float32 | bfloat16 (activations; params and losses stay float32)
   c.resume = "auto"              # auto: continue a matching run in workdir; force: even if config differs; never
   c.progress = True              # progress bars on stderr
+  c.pictures = True              # acc_matrix.png and curves.png in the workdir (report.py)
   # "published": set every published behaviour at once (config_lib.PUBLISHED_PRESET: mask objective, restart
   # selection, past-model BN, last-angle R-MNIST test, warm-up target, per-epoch cosine, SGD probe on raw
   # features keeping its best epoch on the test set, probe after the last task only); it wins over those keys.

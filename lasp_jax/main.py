@@ -85,9 +85,18 @@ def main(argv):
     sys.exit(2)
   if config.num_seeds == 1:
     print(train.summary(results[config.method]))
+  pictures = []
   if len(results) > 1:
     print(baselines.comparison(results))
-  print(f"results: {os.path.join(workdir, 'seed_*' if config.num_seeds > 1 else '', 'results.json')}")
+    if config.pictures:
+      from lasp_jax import report  # pylint: disable=g-import-not-at-top
+      pictures.append(os.path.join(workdir, "comparison.png"))
+      report.comparison_chart(results, pictures[-1])
+  runs_dir = os.path.join(workdir, "seed_*" if config.num_seeds > 1 else "")
+  if config.pictures:
+    pictures[:0] = [os.path.join(runs_dir, name) for name in ("acc_matrix.png", "curves.png")]
+    print(f"pictures: {', '.join(pictures)}")
+  print(f"results: {os.path.join(runs_dir, 'results.json')}")
 
 
 def run():

@@ -518,6 +518,9 @@ class ContinualRun:
   def finish(self) -> dict:
     results = self.results()
     checkpoint.write_json_atomic(self.workdir / "results.json", results)
+    if self.config.pictures:
+      from lasp_jax import report  # pylint: disable=g-import-not-at-top  (matplotlib only when drawing)
+      report.run_pictures(results, self.workdir)
     if self.writer:
       self.writer.close()
     self.ckpt.close()

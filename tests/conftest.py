@@ -92,10 +92,11 @@ def init(module, x, seed=0, **kwargs):
 
 
 def tiny_config(**overrides):
-  """configs/tiny.py with dotted-key overrides, e.g. tiny_config(**{"data.num_tasks": 2})."""
+  """configs/tiny.py with dotted-key overrides, e.g. tiny_config(**{"data.num_tasks": 2}); no pictures unless
+  asked for (matplotlib costs ~2 s a run)."""
   from configs import tiny  # pylint: disable=g-import-not-at-top
   from lasp_jax.config_lib import override  # pylint: disable=g-import-not-at-top
-  return override(tiny.get_config(), **overrides)
+  return override(tiny.get_config(), **{"pictures": False, **overrides})
 
 
 def two_tasks(**overrides):

@@ -1,0 +1,123 @@
+"""Pictures of a run: ``acc_matrix.png``, ``curves.png`` in its workdir; ``comparison.png`` for ``--baselines``.
+
+Each figure's footer names the run (dataset, method, seed), the commit and the date it was drawn, so a
+copied PNG still says where it came from.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+
+import numpy as np
+
+# Curves drawn per epoch, each in its own panel: (key, title).
+_PANELS = (("loss", "training loss"), ("ird", "IRD (unweighted)"), ("lr", "learning rate"),
+           ("z_var", "embedding variance / squared norm"))
+
+
+def _pyplot():
+  import matplotlib  # pylint: disable=g-import-not-at-top  (a run without pictures never loads it)
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def _footer(fig, results: dict) -> None:
+  prov = results.get("provenance", {})
+  commit = str(prov.get("git_commit") or "unknown")[:10] + (" (modified)" if prov.get("git_dirty") else "")
+  machine = prov.get("cpu") if prov.get("platform") == "cpu" else prov.get("device_kind")
+  fig.text(0.01, 0.005, f"{results.get('dataset')} {results.get('method')} seed {results.get('seed')} · "
+                        f"{machine} · commit {commit} · drawn {datetime.date.today().isoformat()}",
+           fontsize=6, color="grey")
+
+
+def accuracy_matrices(results: dict, path) -> None:
+  """One heat map per metric (Class-IL and Task-IL, or Domain-IL): rows = after task t, columns = task j."""
+  plt = _pyplot()
+  mats = results["acc_matrix"]
+  fig, axes = plt.subplots(1, len(mats), figsize=(4.2 * len(mats), 3.8), squeeze=False)
+  im = None
+  for ax, (name, rows) in zip(axes[0], mats.items()):
+    a = np.array([[np.nan if v is None else v for v in r] for r in rows], float)
+    im = ax.imshow(a, vmin=0, vmax=100, cmap="viridis")
+    if a.shape[0] <= 12:
+      for (i, j), v in np.ndenumerate(a):
+        if np.isfinite(v):
+          ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=7, color="w" if v < 60 else "k")
+    final = results.get("final", {}).get(name)
+    ax.set(title=f"{name}" + ("" if final is None else f" (final {final:.1f})"), xlabel="evaluated task j",
+           ylabel="after training task t")
+  fig.colorbar(im, ax=axes.ravel().tolist(), label="accuracy (%)")
+  _footer(fig, results)
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def training_curves(results: dict, path) -> None:
+  """Per-epoch loss, IRD, learning rate and embedding variance; task boundaries as grey lines, every
+  health flag as a red mark at its epoch (or its task's last epoch)."""
+  plt = _pyplot()
+  curves = results["curves"]
+  fig, axes = plt.subplots(1, len(_PANELS), figsize=(4.0 * len(_PANELS), 3.3))
+  x = np.arange(1, len(curves) + 1)
+  last_of = {c["task"]: i + 1 for i, c in enumerate(curves)}
+  flags = results.get("health", {}).get("flags", [])
+  for ax, (key, title) in zip(axes, _PANELS):
+    y = np.array([c.get(key, np.nan) for c in curves], float)
+    ax.plot(x, y, lw=1.2)
+    if key == "loss":
+      ax.plot(x, [c.get("supcon", np.nan) for c in curves], lw=1.0, label="SupCon")
+      ax.plot(x, [c.get("supcon_const", np.nan) for c in curves], lw=0.8, ls=":", color="k",
+              label="SupCon of a constant embedding")
+      ax.legend(fontsize=6)
+    for t, end in last_of.items():
+      if t > 0:
+        ax.axvline(end - sum(1 for c in curves if c["task"] == t) + 0.5, color="grey", lw=0.5)
+    for f in flags:
+      i = last_of.get(f["task"]) if f.get("epoch") is None else next(
+          (k + 1 for k, c in enumerate(curves) if c["task"] == f["task"] and c["epoch"] == f["epoch"]), None)
+      if i is not None and np.isfinite(y[i - 1]):
+        ax.plot([i], [y[i - 1]], "x", color="red", ms=7)
+    ax.set(title=title, xlabel="epoch (all tasks)")
+  if flags:
+    fig.suptitle(f"health flags (red x): {', '.join(sorted({f['check'] for f in flags}))}", color="red",
+                 fontsize=9)
+  _footer(fig, results)
+  fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def comparison_chart(results: dict, path) -> None:
+  """Final accuracy of each run (method and baselines) beside the raw-pixel classifier; flagged runs hatched."""
+  plt = _pyplot()
+  names = list(results)
+  first = results[names[0]]
+  metrics = list(first["final"])
+  pixels = first.get("baselines", {}).get("raw_pixels")
+  rows = [(n, results[n]) for n in names] + ([("raw pixels", {"final": pixels})] if pixels else [])
+  fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(rows) * len(metrics) / 2, 3.6))
+  width = 0.8 / len(rows)
+  for k, (name, res) in enumerate(rows):
+    flagged = not res.get("health", {}).get("ok", True)
+    vals = [res["final"][m] for m in metrics]
+    bars = ax.bar(np.arange(len(metrics)) + k * width, vals, width, label=name + (" †" if flagged else ""),
+                  hatch="//" if flagged else None)
+    ax.bar_label(bars, fmt="%.1f", fontsize=7)
+  ax.set_xticks(np.arange(len(metrics)) + width * (len(rows) - 1) / 2, metrics)
+  ax.set(ylabel="final accuracy (%)", ylim=(0, 105), title="method and bounds († failed a health check)")
+  ax.legend(fontsize=7, loc="lower right")
+  _footer(fig, first)
+  fig.tight_layout(rect=(0, 0.03, 1, 1))
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def run_pictures(results: dict, workdir) -> list[pathlib.Path]:
+  """Writes acc_matrix.png and curves.png into ``workdir``; returns their paths."""
+  wd = pathlib.Path(workdir)
+  paths = [wd / "acc_matrix.png", wd / "curves.png"]
+  accuracy_matrices(results, paths[0])
+  training_curves(results, paths[1])
+  return paths

@@ -7,7 +7,7 @@ R-MNIST's protocol (the BatchNorm-free net, unnormalized 500-d embeddings, tau
 domains instead of 20; batch 128 and the per-step cosine so that every domain
 trains from the full learning rate (the published per-epoch cosine runs a 1-epoch
 task at lr * 1e-3), and the converged readout as the probe.
-Runtime as configured here: about 60 s on 2 CPU cores (SD, seed 0, session 9). Domain-IL, seeds
+Runtime as configured here: about 60 s on 2 CPU cores (SD, seed 0). Domain-IL, seeds
 0-2: SD 76.16 / 76.82 / 78.68 (with the published command's ``onlypast`` search 53.26 / 22.62 /
 81.02: the representation collapses in two); seed 0 with ``--baselines`` (2 min 28 s): finetune 81.28,
 joint 86.40, raw pixels 48.32, and Co2L 82.16: at this scale SD's distillation does not help. The

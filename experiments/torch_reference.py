@@ -3,7 +3,7 @@
     python -m experiments.torch_reference [--batch=512] [--repeats=10]
 
 Not part of the library and not a dependency: it needs torch and torchvision and
-runs where they are installed (the lent GPU machine has both). It times what the
+runs where they are installed (e.g. a GPU machine with both). It times what the
 published Co2L code does per step, on the GPU only: torchvision's ResNet-18 with the
 CIFAR stem (3x3 conv, stride 1, no max-pool) and the 512-512-128 head, two views of
 ``batch`` images, SupCon (tau 0.5) on the current model and IRD against the past

@@ -115,6 +115,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       f"{config.data.num_tasks} tasks")
   if config.memory.size < 0:
     raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
+  if config.data.get("train_per_class", 0) < 0:
+    raise ConfigError(f"data.train_per_class must be >= 0 (0: every training image), got "
+                      f"{config.data.train_per_class}")
 
 
 # model.embedding_dim = 0 in a config: the published size for the method on that dataset.
@@ -122,7 +125,7 @@ PUBLISHED_EMBEDDING_DIM = {"tiny_imagenet": {"co2l": 128, "finetune": 128, "join
 
 
 # preset = "published": every behaviour of the published code that lasp_jax fixes by default
-# (shared/spec/protocol.md section 8), set at once for side-by-side runs with it.
+# (docs/protocol.md), set at once for side-by-side runs with it.
 PUBLISHED_PRESET = {
     "lasp.mask_objective": "published_all_pairs",
     "lasp.restart_selection": "published_off_by_one",

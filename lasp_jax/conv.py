@@ -51,8 +51,8 @@ def _col2im_dx(dy, k, strides, padding, x_shape):
   Only the convolution's own multiply-adds, then a sum of kh*kw shifted (for strides, dilated)
   slices that XLA fuses into one loop. The im2col path's input gradient at every stride, and the
   stride-1 one where the full correlation would waste work (``_conv_s1_bwd``): for the R-MNIST
-  net's conv2 (512 images, session 11's 2-core AMD EPYC) 55-60 ms against the full correlation's
-  120 ms (BENCHMARKS.md, session 11).
+  net's conv2 (512 images, 2-core AMD EPYC) 55-60 ms against the full correlation's
+  120 ms (BENCHMARKS.md).
   """
   kh, kw, c, o = k.shape
   n, ho, wo, _ = dy.shape
@@ -99,7 +99,7 @@ def _conv_s1_bwd(padding, res, dy):
   XLA:CPU's own kernel runs those near its matmul rate, while the convolutions that
   JAX's autodiff emits (transposed dimension numbers) and the im2col gradients
   (a kh*kw-times larger patch matrix, then col2im) run 3-8x slower on the ResNet
-  shapes (BENCHMARKS.md, session 6).
+  shapes (BENCHMARKS.md).
   """
   x, k = res
   kh, kw = k.shape[:2]
@@ -135,9 +135,9 @@ def _full_correlation_waste(x_shape, dy_shape) -> float:
 
 
 # Output columns per row tile of ``_one_channel_conv``: 8 ran conv1 (28x28 -> 24x24x20, 512 images)
-# forward in 4.1 ms against 6.3 (4), 6.9 (12), 8.6 (24) and XLA's 15.8 ms on the Intel Xeon of session 10;
-# on session 11's AMD EPYC 15.9 ms against 12.5 (4), 14.7 (6) and XLA's 29.6, with no difference the
-# whole step's noise could show (BENCHMARKS.md, session 11).
+# forward in 4.1 ms against 6.3 (4), 6.9 (12), 8.6 (24) and XLA's 15.8 ms on a 2-vCPU Intel Xeon;
+# on AMD EPYC 15.9 ms against 12.5 (4), 14.7 (6) and XLA's 29.6, with no difference the
+# whole step's noise could show (BENCHMARKS.md).
 _TILE = 8
 
 

@@ -17,13 +17,13 @@ Measured on this project's 2-core x86 CPU, JAX 0.10.2 (BENCHMARKS.md, "CPU
 speed"): the R-MNIST net's 5x5 20->50 conv on 512 images takes 65-82 ms forward
 with YNNPACK and 12-15 ms with XLA's kernel, both gradients 231 -> 55-71 ms;
 its whole train step runs ~1.6x faster with XLA convolutions than with YNNPACK
-convolutions and matmul gradients. Its gradients are ``conv`` (session 6): JAX's
+convolutions and matmul gradients. Its gradients are ``conv``: JAX's
 own (``xla``) were as fast inside a chunk of 8 unrolled steps, but in a program of
-one step (or one step in a loop, as every chunk is since session 8) XLA's layout
+one step (or one step in a loop, as every chunk is since) XLA's layout
 assignment leaves the weight gradients as non-canonical convolutions
 (``dim_labels=f01b_i01o->01bf``) that run on a slow generic loop: 3.8 s instead of
 0.18 s per step on full R-MNIST; ``conv`` emits canonical NHWC/HWIO convolutions
-in every program (tests/test_cpu_kernels.py). ResNet-18 (session 6): its
+in every program (tests/test_cpu_kernels.py). ResNet-18: its
 BatchNorm statistics run several times faster as YNNPACK reductions than as XLA
 loops, so it keeps YNNPACK's ``REDUCE`` fusions beside the dots; with XLA
 convolutions and ``conv`` gradients its whole step (batch 32 with the past model)
@@ -33,9 +33,8 @@ R-MNIST net (and its BN variant, configs/mnist5k.py) gained nothing from keeping
 ``REDUCE`` (within the noise), so it keeps dots only. On GPU/TPU no option applies.
 All paths agree to float32 rounding (tests/test_cpu_kernels.py, tests/test_conv.py).
 
-The figures above are from the 2-vCPU Intel Xeon (AVX-512) of sessions 4-10. Session 11 ran
-on a 2-vCPU AMD EPYC (Zen 1, AVX2 only) and re-checked the choices there (BENCHMARKS.md,
-session 11): ResNet-18's step (batch 32, past model) 5.3 s as chosen, 11.7 s with YNNPACK
+The figures above are from a 2-vCPU Intel Xeon (AVX-512). On a 2-vCPU AMD EPYC (Zen 1, AVX2 only)
+the choices were re-checked (BENCHMARKS.md): ResNet-18's step (batch 32, past model) 5.3 s as chosen, 11.7 s with YNNPACK
 convolutions, 6.1 s with ``matmul`` gradients, 5.9 s keeping only YNNPACK's dots; the
 R-MNIST net's YNNPACK fusion types within the noise of each other. The choices stand on both.
 """

@@ -29,6 +29,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.num_tasks = 5
   c.data.class_order = ()        # a permutation of the labels; () = natural order
   c.data.split_seed = 0          # mnist5k / synthetic train-test split (fixed across run seeds)
+  c.data.train_per_class = 0     # > 0: a class-stratified subset of the training set (split_seed); 0 = all
   c.data.rmnist_test_uses_last_angle = False  # published bug: every test copy at the last angle
   c.data.rotation_angles = ()    # domain scenario: explicit degrees, one per task; () = drawn from the seed
   c.data.synthetic = ml_collections.ConfigDict(dict(num_classes=4, image_size=8, channels=3,

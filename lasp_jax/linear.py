@@ -80,7 +80,7 @@ def _fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-
   # Classes x rows layout: OpenBLAS's products with 10 output columns ran at ~13 GFLOP/s;
   # (C, F) @ (F, N) and (C, N) @ (N, F) take 0.46 + 0.66 ms instead of 0.78 + 0.97 ms per
   # loss+gradient at N = 1,000, F = 500, and 32 + 47 instead of 69 + 69 ms for full
-  # MNIST's raw pixels (session 8).
+  # MNIST's raw pixels.
   xs_t = np.ascontiguousarray(((x - mean) / scale).T)  # (F, N)
   del x
   f = xs_t.shape[0]
@@ -97,7 +97,7 @@ def _fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-
   # One BLAS thread for small inputs: OpenBLAS's thread hand-off costs more than it
   # saves there (7.7 -> 1.9 ms per loss+gradient at N = 2,000, F = 125 on the 2-core
   # CPU). Large ones gain a little from every core: raw pixels of full MNIST
-  # (60,000 x 784, 261-267 iterations) 60.1 -> 56.7 s (session 7); they are bound by
+  # (60,000 x 784, 261-267 iterations) 60.1 -> 56.7 s; they are bound by
   # reading x (377 MB in float64) twice per loss+gradient.
   threads = 1 if xs_t.size < _MANY_THREADS_FROM else None
   with threadpoolctl.threadpool_limits(threads, user_api="blas"):

@@ -49,8 +49,8 @@ def vmapped(config) -> bool:
   """Whether the seeds train as one vmapped program: ``seeds_mode=vmap`` only.
 
   ``auto`` runs them one after another on every backend: the vmapped chunk was slower
-  than the seeds one by one on the 2-core CPU (session 8) and on an H200 (3 seeds of
-  paper-scale R-MNIST: 0.63 s per later-task epoch against 3 x 0.17 s, session 9).
+  than the seeds one by one on the 2-core CPU and on an H200 (3 seeds of
+  paper-scale R-MNIST: 0.63 s per later-task epoch against 3 x 0.17 s).
   """
   return config.get("seeds_mode", "auto") == "vmap"
 

@@ -57,7 +57,8 @@ def load_stream(config):
                 download=config.data.download, split_seed=config.data.split_seed)
   if config.dataset == "synthetic":
     kwargs.update(config.data.synthetic.to_dict())
-  data = sources.load_dataset(config.dataset, **kwargs)
+  data = sources.train_subset(sources.load_dataset(config.dataset, **kwargs), config.data.train_per_class,
+                              config.data.split_seed)
   if config.data.scenario == "domain":
     stream = streams.domain_incremental(data, config.data.num_tasks, config.seed,
                                         config.data.rmnist_test_uses_last_angle, tuple(config.data.rotation_angles))

@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # Under pytest-xdist (the README's `-n 2`) each worker runs XLA:CPU's Eigen kernels on one thread: two
 # workers with two threads each oversubscribed the two cores (suite 10 min 30 s -> 7 min 54 s, user CPU
-# 19.9 -> 14.8 min; BENCHMARKS.md, session 10). The programs are the same; only Eigen's split of the work
+# 19.9 -> 14.8 min; BENCHMARKS.md). The programs are the same; only Eigen's split of the work
 # over threads changes, i.e. float summation order. Set before any test imports jax; subprocesses inherit it
 # (and those that import this module, inheriting PYTEST_XDIST_WORKER too, find it set already).
 SINGLE_THREAD_FLAG = "--xla_cpu_multi_thread_eigen=false"
@@ -67,7 +67,7 @@ def golden_params(family: str):
 
 # Test data and parameters without eager jax.random or eager Flax init: each eager jax.random call compiles
 # a threefry program of its own per shape (about 1 s each on the 2-core AMD EPYC; 104 such programs took
-# 118 s of the suite's compile time, BENCHMARKS.md session 12), and an eager init one per parameter shape.
+# 118 s of the suite's compile time, BENCHMARKS.md), and an eager init one per parameter shape.
 # numpy draws instead, and one jitted init per model (equal models share it through the compilation cache).
 # jax is imported inside the helpers: this module sets XLA_FLAGS before any test imports it.
 

@@ -105,7 +105,7 @@ def test_gm_in_the_optimizer_chain():
 
 def test_domain_incremental_run(tmp_path):
   # Unnormalized embeddings at R-MNIST's lr 0.01: at the tiny config's 0.05 the embedding norm of task 1 grew
-  # without bound (0.7 -> 4e15 within an epoch, then a non-finite loss, session 10); SupCon's logits z.z'/tau
+  # without bound (0.7 -> 4e15 within an epoch, then a non-finite loss); SupCon's logits z.z'/tau
   # reward a larger scale, nothing bounds it.
   config = two_tasks(**{"data.scenario": "domain", "data.num_tasks": 2, "model.normalize_embedding": False,
                          "lasp.srs_data": "onlypast", "train.lr": 0.01, "eval.raw_pixels": False})

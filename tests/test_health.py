@@ -87,3 +87,36 @@ def test_task_flags_and_record():
   assert not rec["ok"] and rec["checks"] == ["embedding_variance", "mask_degenerate", "supcon_constant"]
   assert health.is_flagged({"health": rec}) and health.mark({"health": rec}) == "†"
   assert health.record([]) == {"ok": True, "checks": [], "flags": []} and health.mark({}) == ""
+
+
+@pytest.fixture(scope="module")
+def healthy_run(tmp_path_factory):
+  """Joint training of the tiny config's 2 tasks, 2 epochs each: every task trains (measured: no flag)."""
+  from lasp_jax import train  # pylint: disable=g-import-not-at-top
+  from tests.conftest import tiny_config  # pylint: disable=g-import-not-at-top
+  wd = tmp_path_factory.mktemp("healthy")
+  config = tiny_config(**{"method": "joint", "data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 2,
+                          "eval.raw_pixels": False, "pictures": True})
+  return train.ContinualRun(config, wd).run(), wd
+
+
+def test_a_healthy_tiny_run_is_not_flagged_and_records_its_references(healthy_run):
+  results, _ = healthy_run
+  assert results["health"] == {"ok": True, "checks": [], "flags": []}
+  for row in results["curves"]:
+    assert 0.02 < row["z_var"] <= 1.0 + 1e-6
+    assert row["supcon"] < (1 - health.NEAR) * row["supcon_const"]
+    # joint: every sample is current, batch 64 (the epoch's last batch is smaller): (0.1 / 0.07) log(127) at most
+    assert row["supcon_const"] <= 0.1 / 0.07 * math.log(127) + 1e-9
+  assert health.task_flags(1, results["curves"]) == []
+
+
+def test_a_run_draws_its_pictures(healthy_run):
+  results, wd = healthy_run
+  for name in ("acc_matrix.png", "curves.png"):
+    data = (wd / name).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+  from lasp_jax import report  # pylint: disable=g-import-not-at-top
+  flagged = {**results, "health": {"ok": False, "checks": ["supcon_constant"], "flags": []}}
+  report.comparison_chart({"sd": flagged, "joint": results}, wd / "comparison.png")
+  assert (wd / "comparison.png").read_bytes()[:4] == b"\x89PNG"

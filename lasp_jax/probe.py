@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import linear, models
+from lasp_jax import linear, models, progress
 from lasp_jax.data import augment
 from lasp_jax.train_state import with_learning_rate
 
@@ -197,6 +197,7 @@ def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, sta
         (sample.reshape(steps, -1), valid.reshape(steps, -1), jax.random.split(k_aug, steps)))
     logits = clf.apply(params, (pd.test_feats - mean) / scale)
     acc = _accuracies(logits, pd.test_label, pd.test_task, num_tasks, classes_per_task, scenario)
+    jax.debug.callback(progress.tick, acc[next(iter(acc))][1])  # the probe's progress bar, one tick an epoch
     return (params, opt_state), acc
 
   lrs = jnp.asarray(_lr_per_epoch(cfg))
@@ -247,9 +248,11 @@ def run_probe(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: Probe
                                    np.asarray(pd.train_domain), aug_cfg)
   if cfg.standardize:
     stats = feature_moments(train_feats, pd.train_weight)
-  accs = _train_probe(key, variables, data.images, data.angles, pd, train_feats, stats, model=model, aug_cfg=aug_cfg,
-                      cfg=cfg, num_classes=num_classes, num_tasks=num_tasks, classes_per_task=classes_per_task,
-                      scenario=scenario)
+  with progress.bar(cfg.epochs, "probe", unit="epoch"):
+    accs = _train_probe(key, variables, data.images, data.angles, pd, train_feats, stats, model=model,
+                        aug_cfg=aug_cfg, cfg=cfg, num_classes=num_classes, num_tasks=num_tasks,
+                        classes_per_task=classes_per_task, scenario=scenario)
+    accs = jax.block_until_ready(accs)
   per_task, overall, epochs = {}, {}, {}
   for name, (task_acc, all_acc) in accs.items():
     all_acc = np.asarray(all_acc)

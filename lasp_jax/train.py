@@ -24,7 +24,8 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from lasp_jax import checkpoint, config_lib, cpu_kernels, health, lookahead, memory as memory_lib, metrics, modulation, probe, provenance
+from lasp_jax import (checkpoint, config_lib, cpu_kernels, health, lookahead, memory as memory_lib, metrics, modulation,
+                      probe, progress, provenance)
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
@@ -167,6 +168,7 @@ class ContinualRun:
     config_lib.validate(config)
     self.on_task_end = on_task_end
     self.config = config
+    progress.enable(config.progress)
     self.workdir = prepare_workdir(workdir)
     self.dataset, self.stream = load_stream(config)
     self.model = build_model(config)

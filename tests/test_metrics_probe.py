@@ -120,3 +120,25 @@ def test_probe_step_without_real_rows_moves_nothing_and_padding_rows_do_not_coun
   got = probe.masked_sgd_step(params, opt, feats, labels, half, clf=clf, tx=tx)
   want = probe.masked_sgd_step(params, opt, feats[:4], labels[:4], jnp.ones(4, bool), clf=clf, tx=tx)
   chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_the_probe_and_the_linear_fit_advance_their_progress_bars(trained_run, monkeypatch):
+  from lasp_jax import linear, progress  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(progress, "DELAY", 0.0)
+  progress.enable(True)
+  bars = []
+  make = progress.bar
+  monkeypatch.setattr(progress, "bar", lambda *a, **k: bars.append(make(*a, **k)) or bars[-1])
+  _probe(trained_run)
+  assert bars[-1].total == 4 and bars[-1].n == 4  # one tick per probe epoch, from inside the compiled loop
+  rng = np.random.default_rng(0)
+  linear.fit_logistic(rng.standard_normal((40, 3)) + 0.1, rng.integers(0, 2, 40), num_classes=2, l2=0.123)
+  assert bars[-1].desc.startswith("linear fit") and 0 < bars[-1].n <= bars[-1].total
+  progress.enable(False)
+
+
+def test_an_accuracy_matrix_prints_only_its_measured_rows():
+  a = np.full((3, 3), np.nan)
+  a[2] = [90.0, 80.0, 70.0]
+  lines = metrics.format_matrix("domain_il", a).splitlines()
+  assert len(lines) == 2 and lines[1].startswith("  after T2") and "70.00" in lines[1]

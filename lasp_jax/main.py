@@ -91,7 +91,8 @@ def main(argv):
     if config.pictures:
       from lasp_jax import report  # pylint: disable=g-import-not-at-top
       pictures.append(os.path.join(workdir, "comparison.png"))
-      report.comparison_chart(results, pictures[-1])
+      seeds = f", mean ± std of {config.num_seeds} seeds" if config.num_seeds > 1 else f" seed {config.seed}"
+      report.comparison_chart(results, pictures[-1], what=f"{config.dataset}{seeds}")
   runs_dir = os.path.join(workdir, "seed_*" if config.num_seeds > 1 else "")
   if config.pictures:
     pictures[:0] = [os.path.join(runs_dir, name) for name in ("acc_matrix.png", "curves.png")]

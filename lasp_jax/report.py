@@ -28,12 +28,15 @@ def _pyplot():
   return plt
 
 
-def _footer(fig, results: dict) -> None:
-  prov = results.get("provenance", {})
+def _footer(fig, results: dict, what: str = "") -> None:
+  prov = results.get("provenance")
+  if prov is None:  # a seeds' mean: this process's provenance
+    from lasp_jax import provenance  # pylint: disable=g-import-not-at-top
+    prov = provenance.provenance()
   commit = str(prov.get("git_commit") or "unknown")[:10] + (" (modified)" if prov.get("git_dirty") else "")
   machine = prov.get("cpu") if prov.get("platform") == "cpu" else prov.get("device_kind")
-  fig.text(0.01, 0.005, f"{results.get('dataset')} {results.get('method')} seed {results.get('seed')} · "
-                        f"{machine} · commit {commit} · drawn {datetime.date.today().isoformat()}",
+  what = what or f"{results.get('dataset')} {results.get('method')} seed {results.get('seed')}"
+  fig.text(0.01, 0.005, f"{what} · {machine} · commit {commit} · drawn {datetime.date.today().isoformat()}",
            fontsize=6, color="grey")
 
 
@@ -94,8 +97,9 @@ def training_curves(results: dict, path) -> None:
   plt.close(fig)
 
 
-def comparison_chart(results: dict, path) -> None:
-  """Final accuracy of each run (method and baselines) beside the raw-pixel classifier; flagged runs hatched."""
+def comparison_chart(results: dict, path, what: str = "") -> None:
+  """Final accuracy of each run (method and baselines) beside the raw-pixel classifier; flagged runs hatched,
+  the seeds' std as error bars where ``results[name]`` is a seeds' mean (``final_std``)."""
   plt = _pyplot()
   names = list(results)
   first = results[names[0]]
@@ -107,13 +111,14 @@ def comparison_chart(results: dict, path) -> None:
   for k, (name, res) in enumerate(rows):
     flagged = not res.get("health", {}).get("ok", True)
     vals = [res["final"][m] for m in metrics]
-    bars = ax.bar(np.arange(len(metrics)) + k * width, vals, width, label=name + (" †" if flagged else ""),
-                  hatch="//" if flagged else None)
+    err = [res["final_std"][m] for m in metrics] if "final_std" in res else None
+    bars = ax.bar(np.arange(len(metrics)) + k * width, vals, width, yerr=err, capsize=3,
+                  label=name + (" †" if flagged else ""), hatch="//" if flagged else None)
     ax.bar_label(bars, fmt="%.1f", fontsize=7)
   ax.set_xticks(np.arange(len(metrics)) + width * (len(rows) - 1) / 2, metrics)
   ax.set(ylabel="final accuracy (%)", ylim=(0, 105), title="method and bounds († failed a health check)")
   ax.legend(fontsize=7, loc="lower right")
-  _footer(fig, first)
+  _footer(fig, first, what)
   fig.tight_layout(rect=(0, 0.03, 1, 1))
   fig.savefig(path, dpi=100)
   plt.close(fig)

@@ -145,11 +145,17 @@ def mean_result(results: list[dict]) -> dict:
 
   A seed that failed a health check makes the mean flagged: its checks are named per seed."""
   mean = lambda dicts: {n: statistics.mean(d[n] for d in dicts) for n in dicts[0]}
-  out = {"final": mean([r["final"] for r in results])}
+  out = {"final": mean([r["final"] for r in results]), "num_seeds": len(results)}
+  if len(results) > 1:
+    out["final_std"] = {n: statistics.stdev(r["final"][n] for r in results) for n in results[0]["final"]}
   pixels = [r.get("baselines", {}).get("raw_pixels") for r in results]
   if all(pixels):
     out["baselines"] = {"raw_pixels": mean(pixels)}
-  bad = [f"seed {r['seed']}: {c}" for r in results if health.is_flagged(r) for c in health.flagged_checks(r)]
+  seeds_of = {}
+  for r in results:
+    for c in health.flagged_checks(r) if health.is_flagged(r) else []:
+      seeds_of.setdefault(c, []).append(str(r["seed"]))
+  bad = [f"{c} (seed{'s' if len(s) > 1 else ''} {', '.join(s)})" for c, s in sorted(seeds_of.items())]
   out["health"] = {"ok": not bad, "checks": bad}
   return out
 
@@ -175,5 +181,5 @@ def _mean_row(label: str, results: list[dict], names) -> str:
   for n in names:
     vals = [r["final"][n] for r in results]
     std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    cells.append(f"{statistics.mean(vals):.2f} ({std:.2f})" if vals else "-")
+    cells.append(f"{statistics.mean(vals):.2f} ({std:.2f})" if vals else "none healthy")
   return f"| {label} | " + " | ".join(cells) + " |"

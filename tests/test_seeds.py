@@ -52,8 +52,8 @@ def test_seed_table_and_mean_by_hand():
   rs = [{"seed": 0, "final": {"a": 70.0}, "baselines": {"raw_pixels": {"a": 50.0}}},
         {"seed": 1, "final": {"a": 74.0}, "baselines": {"raw_pixels": {"a": 52.0}}}]
   assert seeds.seed_table(rs).splitlines()[-1] == "| mean (std), 2 seeds | 72.00 (2.83) |"
-  assert seeds.mean_result(rs) == {"final": {"a": 72.0}, "baselines": {"raw_pixels": {"a": 51.0}},
-                                   "health": {"ok": True, "checks": []}}
+  assert seeds.mean_result(rs) == {"final": {"a": 72.0}, "num_seeds": 2, "final_std": {"a": pytest.approx(2.828427)},
+                                   "baselines": {"raw_pixels": {"a": 51.0}}, "health": {"ok": True, "checks": []}}
 
 
 def test_a_flagged_seed_is_marked_and_left_out_of_the_healthy_mean():
@@ -65,7 +65,7 @@ def test_a_flagged_seed_is_marked_and_left_out_of_the_healthy_mean():
   assert "| mean (std), 3 seeds | 72.00 (2.00) |" in table
   assert "| mean (std), the 2 healthy seeds | 71.00 (1.41) |" in table
   assert table[-1] == "† seed 1: supcon_constant"
-  assert seeds.mean_result(rs)["health"] == {"ok": False, "checks": ["seed 1: supcon_constant"]}
+  assert seeds.mean_result(rs)["health"] == {"ok": False, "checks": ["supcon_constant (seed 1)"]}
   assert baselines.comparison({"sd": seeds.mean_result(rs)}).splitlines()[1].startswith("sd†")
 
 

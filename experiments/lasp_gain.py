@@ -104,18 +104,34 @@ def published_probe(run, t: int) -> dict:
 
 
 def run_one(workdir: pathlib.Path, config, check_readout: bool) -> dict:
+  """The run's results; a run that stops on a non-finite loss leaves FAILED.json (its error) and counts as
+  failed, not as missing: a rerun does not retry it (delete FAILED.json to)."""
   from lasp_jax import train  # pylint: disable=g-import-not-at-top
-  done = workdir / "results.json"
+  from lasp_jax.errors import TrainingError  # pylint: disable=g-import-not-at-top
+  done, failed = workdir / "results.json", workdir / "FAILED.json"
   if done.exists():
     return json.loads(done.read_text())
-  res = train.ContinualRun(config, workdir, on_task_end=published_probe if check_readout else None).run()
+  if failed.exists():
+    return json.loads(failed.read_text())
+  try:
+    res = train.ContinualRun(config, workdir, on_task_end=published_probe if check_readout else None).run()
+  except TrainingError as e:
+    res = {"failed": str(e), "seed": config.seed}
+    failed.write_text(json.dumps(res, indent=1))
+    shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
+    return res
   for sub in ("checkpoints", "tensorboard"):
     shutil.rmtree(workdir / sub, ignore_errors=True)
   return res
 
 
 def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
-  """One run's figures: m1 and m2 are the scenario's two METRICS, raw pixels on m1's key."""
+  """One run's figures: m1 and m2 are the scenario's two METRICS, raw pixels on m1's key; a failed run's are
+  None and its flag says why."""
+  if "failed" in res:
+    return {"point": point.name, "method": label, "seed": seed, "m1": None, "m2": None, "raw_pixels": None,
+            "flags": ["diverged (non-finite loss): " + res["failed"].split(";")[0]], "train_s": None,
+            "wall_s": None, "sgd_probe": None}
   def value(key, how):
     return res["final"][key] if how == "final" else res["acc_matrix"][key][-1][-1]
   (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
@@ -138,9 +154,11 @@ def finished(out: pathlib.Path, points, seeds: int) -> list[dict]:
   for point in points:
     for label, _, _ in METHODS:
       for seed in range(seeds):
-        done = workdir_of(out, point, label, seed) / "results.json"
-        if done.exists():
-          rows.append(row_of(point, label, seed, json.loads(done.read_text())))
+        for name in ("results.json", "FAILED.json"):
+          done = workdir_of(out, point, label, seed) / name
+          if done.exists():
+            rows.append(row_of(point, label, seed, json.loads(done.read_text())))
+            break
   return rows
 
 
@@ -161,17 +179,21 @@ def run_all(out: pathlib.Path, points, seeds: int, labels) -> None:
         if label not in labels:
           continue
         wd = workdir_of(out, point, label, seed)
-        if (wd / "results.json").exists():
+        if (wd / "results.json").exists() or (wd / "FAILED.json").exists():
           continue
         row = row_of(point, label, seed, run_one(wd, config_for(point, method, srs, seed),
                                                  point.name in READOUT_CHECK and seed == 0))
-        (n1, _, _), (n2, _, _) = METRICS[point.scenario]
-        print(f"{point.name} {label} seed {seed}: {n1} {row['m1']:.2f} {n2} {row['m2']:.2f} "
-              f"{' '.join(row['flags'])} ({row['wall_s']:.0f} s)", flush=True)
+        print(f"{point.name} {label} seed {seed}: {_fmt(row['m1'])} / {_fmt(row['m2'])} "
+              f"{' '.join(row['flags'])} ({_fmt(row['wall_s'], 0)} s)", flush=True)
         report(out, points, seeds)
 
 
+def _fmt(v, digits: int = 2) -> str:
+  return "failed" if v is None else f"{v:.{digits}f}"
+
+
 def _ms(vals) -> str:
+  vals = [v for v in vals if v is not None]
   if not vals:
     return "-"
   return f"{statistics.mean(vals):.2f} ({statistics.stdev(vals):.2f})" if len(vals) > 1 else f"{vals[0]:.2f}"
@@ -179,7 +201,7 @@ def _ms(vals) -> str:
 
 def gains(rows, point: str, sd_label: str, metric: str) -> list[float]:
   """SD - Co2L per seed (paired: the same seed draws the same angles, memory and data order)."""
-  by = {(r["method"], r["seed"]): r[metric] for r in rows if r["point"] == point}
+  by = {(r["method"], r["seed"]): r[metric] for r in rows if r["point"] == point and r[metric] is not None}
   return [by[(sd_label, s)] - by[("Co2L", s)] for (m, s) in by if m == sd_label and ("Co2L", s) in by]
 
 
@@ -205,7 +227,9 @@ def table(rows, points) -> str:
         rs = [r for r in rows if r["point"] == p.name and r["method"] == label]
         if rs:
           mark = "†" if any(r["flags"] for r in rs) else ""
-          lines.append(f"| {p.name} | {_budget(p)} | {p.samples:,} | {label}{mark} ({len(rs)} seeds) | "
+          ok = sum(r["m1"] is not None for r in rs)
+          seeds = f"{ok} seeds" + (f", {len(rs) - ok} failed" if ok < len(rs) else "")
+          lines.append(f"| {p.name} | {_budget(p)} | {p.samples:,} | {label}{mark} ({seeds}) | "
                        f"{_ms([r['m1'] for r in rs])} | {_ms([r['m2'] for r in rs])} | "
                        f"{_ms([r['raw_pixels'] for r in rs if r['raw_pixels'] is not None])} |")
       for sd in ("SD onlycurrent", "SD onlypast"):
@@ -225,8 +249,8 @@ def table(rows, points) -> str:
             "|---|---|---|---|---|---|---|---|"]
   for r in rows:
     raw = "-" if r["raw_pixels"] is None else f"{r['raw_pixels']:.2f}"
-    lines.append(f"| {r['point']} | {r['method']} | {r['seed']} | {r['m1']:.2f} | {r['m2']:.2f} | {raw} | "
-                 f"{'† ' + ', '.join(r['flags']) if r['flags'] else 'ok'} | {r['wall_s']:.0f} |")
+    lines.append(f"| {r['point']} | {r['method']} | {r['seed']} | {_fmt(r['m1'])} | {_fmt(r['m2'])} | {raw} | "
+                 f"{'† ' + ', '.join(r['flags']) if r['flags'] else 'ok'} | {_fmt(r['wall_s'], 0)} |")
   return "\n".join(lines) + "\n"
 
 

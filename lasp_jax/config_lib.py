@@ -137,6 +137,7 @@ PUBLISHED_PRESET = {
     "eval.standardize": False,
     "eval.select_best_on_test": True,
     "eval.every_task": False,
+    "eval.decay_epochs": (60, 75, 90),  # main_linear_buffer*.py: absolute epochs, whatever --epochs is
     # The published runs used nn.DataParallel over two GPUs without SyncBN: see model.bn_groups, lasp.eb_replicas.
     "model.bn_groups": 2,
     "lasp.eb_replicas": 2,
@@ -150,6 +151,9 @@ def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(config.to_dict())
   _choice("preset", c.get("preset", ""), PRESETS)
   override(c, **PRESETS[c.get("preset", "")])
+  if c.get("preset", "") == "published":
+    # The published commands' look-ahead data: R-MNIST SD searched on --onlypast, everything else on --onlycurrent.
+    c.lasp.srs_data = "onlypast" if (c.data.scenario == "domain" and c.method == "sd") else "onlycurrent"
   if c.model.embedding_dim == 0:
     sizes = PUBLISHED_EMBEDDING_DIM.get(c.dataset, {})
     c.model.embedding_dim = sizes.get(c.method, sizes.get("default", 128))
@@ -218,7 +222,8 @@ def _matters(key: str) -> bool:
 
 # Keys added after runs were recorded, with the value that reproduces those runs: at that
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
-LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1}
+LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
+              "eval.decay_epochs": []}  # flat() gives tuples as lists
 
 
 def _value(d: dict, key: str):

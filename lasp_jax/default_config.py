@@ -101,6 +101,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.every_task = True       # probe after every task (full matrix) or after the last only
   c.eval.epochs = 100
   c.eval.lr = 1.0
+  c.eval.decay_epochs = ()       # epochs where the probe's lr drops x0.2; () = 60/75/90 % of eval.epochs
   c.eval.batch_size = 256
   c.eval.augment = True          # re-augment every probe epoch (faithful) or probe cached features
   c.eval.select_best_on_test = False  # published: best epoch on the test set

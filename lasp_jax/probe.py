@@ -33,6 +33,7 @@ class ProbeConfig:
   lr: float = 1.0
   batch_size: int = 256
   milestones: Tuple[float, ...] = (0.6, 0.75, 0.9)  # fractions of the epochs
+  decay_epochs: Tuple[int, ...] = ()  # absolute epochs instead (the published probe: 60, 75, 90)
   decay: float = 0.2
   momentum: float = 0.9
   augment: bool = True
@@ -118,7 +119,7 @@ def probe_views(key, images_u8, angles, current, *, aug_cfg, scenario: str):
 
 
 def _lr_per_epoch(cfg: ProbeConfig):
-  marks = [int(round(m * cfg.epochs)) for m in cfg.milestones]
+  marks = list(cfg.decay_epochs) or [int(round(m * cfg.epochs)) for m in cfg.milestones]
   return np.array([cfg.lr * cfg.decay ** sum(e >= m for m in marks) for e in range(cfg.epochs)], np.float32)
 
 

@@ -131,11 +131,13 @@ def excitation_backprop(model: nn.Module, variables, x: jax.Array, p_top: jax.Ar
                         abs_weight_layers: Sequence[str] = ("head/fc2",), replicas: int = 1):
   """EB salience of every parameter and of the input.
 
-  ``replicas = G > 1`` reproduces the published runs' two-GPU ``nn.DataParallel``:
-  the batch is cut into G contiguous chunks of ceil(N / G) rows (``torch.chunk``),
-  each replica takes the square root of its own weight gradient, and the
-  replicas' results are summed, so gamma = sum_g sqrt(G_g) instead of sqrt(sum_g G_g).
-  Per-row quantities (the input salience) are unchanged.
+  ``replicas = G > 1`` reproduces the published runs' two-GPU ``nn.DataParallel``,
+  which wrapped the encoder only: for the encoder's parameters the batch is cut into
+  G contiguous chunks of ceil(N / G) rows (``torch.chunk``), each replica takes the
+  square root of its own weight gradient and the replicas' results are summed, so
+  gamma = sum_g sqrt(G_g) instead of sqrt(sum_g G_g); the projection head ran on the
+  gathered batch, so its gamma is the whole batch's. Per-row quantities (the input
+  salience) are unchanged.
 
   Args:
     model: a :class:`models.ContrastiveModel` (run in eval mode).
@@ -160,4 +162,7 @@ def excitation_backprop(model: nn.Module, variables, x: jax.Array, p_top: jax.Ar
     _, vjp = jax.vjp(forward, variables["params"], x[start:start + size])
     parts.append(vjp(p_top[start:start + size].astype(jnp.float32)))
   gamma = jax.tree.map(lambda *g: sum(g[1:], g[0]), *[g for g, _ in parts])
+  if len(parts) > 1:
+    _, vjp = jax.vjp(forward, variables["params"], x)
+    gamma = {**gamma, "head": vjp(p_top.astype(jnp.float32))[0]["head"]}
   return gamma, jnp.concatenate([p for _, p in parts])

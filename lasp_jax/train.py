@@ -92,7 +92,8 @@ def loss_config(config, stream) -> LossConfig:
 def probe_config(config) -> probe.ProbeConfig:
   e = config.eval
   return probe.ProbeConfig(epochs=e.epochs, lr=e.lr, batch_size=e.batch_size, augment=e.augment,
-                           select_best_on_test=e.select_best_on_test, standardize=e.standardize)
+                           select_best_on_test=e.select_best_on_test, standardize=e.standardize,
+                           decay_epochs=tuple(e.get("decay_epochs", ())))
 
 
 def task_domain(stream, t: int) -> int:

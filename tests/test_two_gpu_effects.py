@@ -60,7 +60,9 @@ def test_bn_groups_change_the_train_forward_but_not_eval():
   np.testing.assert_array_equal(outs[1][1], outs[2][1])
 
 
-def test_eb_replicas_sum_the_square_roots_of_each_chunk():
+def test_eb_replicas_sum_the_square_roots_of_each_chunk_for_the_encoder_only():
+  """The published DataParallel wrapped model.encoder only: encoder gamma = sqrt(G1) + sqrt(G2) over the two
+  halves, the head's gamma that of the gathered batch (sqrt(G1 + G2))."""
   m = ContrastiveModel(MnistNet(width=0.25), ProjectionHead(125, 8))
   x = randn(6, 28, 28, 1, seed=4)
   v = init(m, x, train=False)
@@ -71,10 +73,14 @@ def test_eb_replicas_sum_the_square_roots_of_each_chunk():
   g2, px2 = eb(x, p, replicas=2)
   (ga, pxa), (gb, pxb) = eb(x[:3], p[:3]), eb(x[3:], p[3:])
   g1, _ = eb(x, p)
-  for a, b, c, one in zip(*map(jax.tree.leaves, (g2, ga, gb, g1))):
+  for a, b, c in zip(*[jax.tree.leaves(g["encoder"]) for g in (g2, ga, gb)]):
     np.testing.assert_allclose(a, b + c, rtol=1e-5, atol=1e-7)
+  for a, one in zip(*[jax.tree.leaves(g["head"]) for g in (g2, g1)]):
+    np.testing.assert_allclose(a, one, rtol=1e-5, atol=1e-7)
   k = lambda g: g["encoder"]["conv2"]["kernel"]
   assert float(jnp.sum(k(g2))) > float(jnp.sum(k(g1))) * 1.05  # sqrt(a) + sqrt(b) > sqrt(a + b)
+  h = lambda g: g["head"]["fc1"]["kernel"]
+  assert float(jnp.sum(h(ga) + h(gb))) > float(jnp.sum(h(g2))) * 1.05  # the head was not split
   np.testing.assert_allclose(px2, jnp.concatenate([pxa, pxb]), rtol=1e-5, atol=1e-7)
 
 
@@ -92,3 +98,47 @@ def test_configs_recorded_before_the_switches_existed_still_match():
   assert config_lib.differing_keys(old, config_lib.flat(c)) == []
   assert config_lib.config_hash(c) == config_lib.config_hash(config_lib.override(c, **{"lasp.eb_replicas": 1}))
   assert config_lib.config_hash(c) != config_lib.config_hash(config_lib.override(c, **{"lasp.eb_replicas": 2}))
+
+
+def test_the_published_probe_decays_at_absolute_epochs():
+  """main_linear_buffer*.py decays at epochs 60, 75 and 90 whatever the epoch count: a 5-epoch published probe
+  never decays, lasp_jax's default (fractions of the epochs) does."""
+  from lasp_jax import probe, train  # pylint: disable=import-outside-toplevel
+  published = config_lib.resolved(config_lib.override(base_config(), preset="published", **{"eval.epochs": 5}))
+  np.testing.assert_allclose(probe._lr_per_epoch(train.probe_config(published)), [1.0] * 5)
+  default = config_lib.resolved(config_lib.override(base_config(), **{"eval.epochs": 5}))
+  np.testing.assert_allclose(probe._lr_per_epoch(train.probe_config(default)), [1, 1, 1, 0.2, 0.04 * 0.2])
+  hundred = config_lib.resolved(config_lib.override(base_config(), preset="published"))
+  lrs = probe._lr_per_epoch(train.probe_config(hundred))
+  assert lrs[59] == 1.0 and lrs[60] == pytest.approx(0.2) and lrs[90] == pytest.approx(0.008)
+
+
+@pytest.mark.parametrize("scenario,method,expected", [("domain", "sd", "onlypast"), ("domain", "sd_gm", "onlycurrent"),
+                                                      ("domain", "gm", "onlycurrent"), ("class", "sd", "onlycurrent")])
+def test_the_published_preset_searches_where_the_published_commands_did(scenario, method, expected):
+  c = config_lib.override(base_config(), preset="published", method=method,
+                          **{"data.scenario": scenario, "lasp.srs_data": "combined"})
+  assert config_lib.resolved(c).lasp.srs_data == expected
+
+
+def test_the_published_preset_sets_every_key_over_explicit_values():
+  c = config_lib.override(base_config(), preset="published", **{"eval.every_task": True, "model.bn_groups": 1,
+                                                                "eval.select_best_on_test": False})
+  flat = config_lib.flat(config_lib.resolved(c))
+  for key, value in config_lib.PUBLISHED_PRESET.items():
+    assert flat[key] == (list(value) if isinstance(value, tuple) else value), key
+
+
+def test_a_model_built_from_the_config_honours_bn_groups():
+  from lasp_jax.models import build_model  # pylint: disable=import-outside-toplevel
+  from tests.conftest import tiny_config  # pylint: disable=import-outside-toplevel
+  x = jnp.concatenate([randn(4, 28, 28, 1, seed=1), 3.0 + randn(4, 28, 28, 1, seed=2)])  # two views, unlike
+  outs = {}
+  for groups in (1, 2):
+    m = build_model(config_lib.resolved(tiny_config(**{"model.bn_groups": groups})))
+    v = init(m, x, train=False)
+    outs[groups] = m.apply(v, x, train=True, mutable=["batch_stats"])[0][0]
+    # eval mode uses the running statistics: the groups change nothing there
+    outs[groups, "eval"] = m.apply(v, x, train=False)[0]
+  assert float(jnp.max(jnp.abs(outs[1] - outs[2]))) > 1e-2
+  np.testing.assert_allclose(outs[1, "eval"], outs[2, "eval"], rtol=1e-6)

@@ -240,9 +240,9 @@ def linear_readout(model, variables, data, test_data, pd: ProbeData, *, kind: st
                      {n: None for n in accs})
 
 
-def run_probe(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: ProbeConfig, num_classes: int,
-              num_tasks: int, classes_per_task: int, scenario: str) -> ProbeResult:
-  """Trains the probe and returns the last-epoch (or best-on-test) accuracies."""
+def probe_curves(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: ProbeConfig, num_classes: int,
+                 num_tasks: int, classes_per_task: int, scenario: str) -> dict:
+  """Trains the probe; {metric: ((epochs, num_tasks) per-task, (epochs,) overall)} accuracy after every epoch."""
   train_feats, stats = None, (jnp.zeros(()), jnp.ones(()))
   if not cfg.augment or cfg.standardize:
     train_feats = extract_features(model, variables, data, np.asarray(pd.train_index),
@@ -253,12 +253,15 @@ def run_probe(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: Probe
     accs = _train_probe(key, variables, data.images, data.angles, pd, train_feats, stats, model=model,
                         aug_cfg=aug_cfg, cfg=cfg, num_classes=num_classes, num_tasks=num_tasks,
                         classes_per_task=classes_per_task, scenario=scenario)
-    accs = jax.block_until_ready(accs)
+    return {name: (np.asarray(t), np.asarray(a)) for name, (t, a) in accs.items()}
+
+
+def run_probe(key, model, variables, data, pd: ProbeData, *, cfg: ProbeConfig, **kwargs) -> ProbeResult:
+  """Trains the probe and returns the last-epoch (or best-on-test) accuracies."""
   per_task, overall, epochs = {}, {}, {}
-  for name, (task_acc, all_acc) in accs.items():
-    all_acc = np.asarray(all_acc)
+  for name, (task_acc, all_acc) in probe_curves(key, model, variables, data, pd, cfg=cfg, **kwargs).items():
     e = int(np.argmax(all_acc)) if cfg.select_best_on_test else cfg.epochs - 1
-    per_task[name] = np.asarray(task_acc)[e]
+    per_task[name] = task_acc[e]
     overall[name] = float(all_acc[e])
     epochs[name] = e
   return ProbeResult(per_task, overall, epochs)

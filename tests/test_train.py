@@ -20,7 +20,9 @@ RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix
 
 
 def _global_cache_sizes():
-  return probe._train_probe._cache_size(), mask_search.search_from._cache_size()
+  """Programs compiled so far by what the L-BFGS read-out runs (features of the train and test images, encoder
+  and raw pixels; the accuracies) and by the mask search."""
+  return probe._features._cache_size(), probe._accuracies._cache_size(), mask_search.search_from._cache_size()
 
 
 @pytest.fixture(scope="module")
@@ -51,14 +53,36 @@ def test_results_file_and_shapes(sd_run):
   assert (wd / "config.json").exists() and list((wd / "tensorboard").glob("events.*"))
 
 
+def test_distillation_is_on_with_the_methods_weight(sd_run):
+  """From task 1 on, SD's loss is SupCon + 5 x (selective) IRD with IRD > 0; task 0 has no IRD term."""
+  _, results, _ = sd_run
+  for c in results["curves"]:
+    if c["task"] == 0:
+      assert c["ird"] == 0.0 and c["loss"] == pytest.approx(c["supcon"], rel=1e-6)
+    else:
+      assert c["ird"] > 0.1 and c["loss"] == pytest.approx(c["supcon"] + 5.0 * c["ird"], rel=1e-5)
+
+
+def test_the_tiny_sd_run_learns_what_pixels_cannot(sd_run):
+  """Final Class-IL above a linear classifier on raw pixels and far above chance (10); every task's own
+  Task-IL right after training it above 90 (2 digits: chance 50)."""
+  _, results, _ = sd_run
+  assert results["final"]["class_il"] > results["baselines"]["raw_pixels"]["class_il"]
+  assert results["final"]["class_il"] > 40
+  assert min(np.diag(np.array(results["acc_matrix"]["task_il"], float))) > 90
+
+
 def test_no_recompilation_across_epochs_and_tasks(sd_run):
   run, _, _ = sd_run
   # Without and with a past model, each as a chunk of steps_per_call steps and of one step
   # (an epoch's remaining steps): nothing else, whatever the number of epochs and tasks.
   assert run.chunk_compiled <= 4
-  # The probe ran after 5 tasks and the search at 4 boundaries: one program each
-  # (0 if an earlier test of this process compiled the same shapes).
-  assert all(n <= 1 for n in run.compiled), run.compiled
+  # The read-out ran after 5 tasks and the search at 4 boundaries: features of 2 image sets x 2 kinds (encoder
+  # after every task, raw pixels after the last), one accuracy program, one search program (fewer if an earlier
+  # test of this process compiled the same shapes). A program per task would be >= 5.
+  features, accuracies, search = run.compiled
+  assert features <= 4 and accuracies <= 1 and search <= 1, run.compiled
+  assert run.config.eval.probe == "lbfgs"  # the path counted above
 
 
 def test_runs_of_equal_settings_share_one_compiled_chunk(tmp_path):
@@ -76,6 +100,9 @@ def test_every_method_runs(tmp_path, method):
   results = run.run()
   assert results["method"] == method
   assert np.isfinite(results["final"]["class_il"])
+  weight = 5.0 if method == "sd_gm" else 1.0  # the published lambda of each method
+  for c in results["curves"][2:]:  # task 1 (task 0 has 2 epochs)
+    assert c["ird"] > 0.1 and c["loss"] == pytest.approx(c["supcon"] + weight * c["ird"], rel=1e-5)
   gamma = modulation.get_salience(run.state.opt_state)
   if method in ("gm", "sd_gm"):
     # The salience the optimizer holds is the boundary's, and its reported frozen fraction is that of it.
@@ -134,6 +161,16 @@ def test_sd_with_every_dim_selected_equals_co2l():
   # The subset's renormalization rounds differently from the full norm (~1e-7); BatchNorm's batch statistics
   # amplify that in the gradient. A real difference between the losses would move the weights by ~1e-2.
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), outs[0][0], outs[1][0])
+
+
+def test_a_two_dim_mask_changes_the_sd_step():
+  run, chunk, past = _step_setup("sd", **{"train.ird_weight": 1.0})
+  d = run.config.model.embedding_dim
+  two = jnp.zeros(d, bool).at[:2].set(True)
+  ms = [run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, mask, run.data, chunk, train.pad_lrs([0.05], 1))[1]
+        for mask in (jnp.ones(d, bool), two)]
+  ird = train._COL["ird"]  # pylint: disable=protected-access
+  assert abs(float(ms[0][0, ird]) - float(ms[1][0, ird])) > 1e-3 * float(ms[0][0, ird])
 
 
 def test_gradient_modulation_transform_invariants():

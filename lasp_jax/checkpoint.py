@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 import tempfile
 
 import jax
@@ -71,10 +72,21 @@ class Checkpointer:
     return step
 
   def restore(self, abstract_trees):
-    step = self.latest()
-    out = self.manager.restore(step, args=ocp.args.Composite(trees=ocp.args.StandardRestore(abstract_trees),
-                                                            meta=ocp.args.JsonRestore()))
-    return out["trees"], out["meta"]
+    """The newest readable checkpoint; an unreadable newer one is reported in one line and skipped."""
+    bad = []
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        out = self.manager.restore(step, args=ocp.args.Composite(trees=ocp.args.StandardRestore(abstract_trees),
+                                                                meta=ocp.args.JsonRestore()))
+      except Exception as e:  # pylint: disable=broad-except  (any damage: missing files, bad JSON, bad arrays)
+        bad.append(f"{step} ({type(e).__name__})")
+        continue
+      if bad:
+        print(f"warning: unreadable checkpoint(s) {', '.join(bad)} in {self.path}; resuming from checkpoint {step}",
+              file=sys.stderr)
+      return out["trees"], out["meta"]
+    raise TrainingError(f"no readable checkpoint in {self.path} (tried {', '.join(bad) or 'none'}); "
+                        f"delete the folder to start the run again")
 
   def close(self):
     self.manager.close()

@@ -67,6 +67,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
   _choice("dataset", config.dataset, sorted(sources.SOURCES))
   _choice("method", config.method, METHODS)
+  if config.data.source not in choices.DATA_SOURCES[config.dataset]:
+    raise ConfigError(f"data.source {config.data.source!r} does not apply to dataset {config.dataset!r}; expected one "
+                      f"of {list(choices.DATA_SOURCES[config.dataset])}")
   _choice("seeds_mode", config.get("seeds_mode", "auto"), SEEDS_MODES)
   _choice("lasp.srs_data", config.lasp.srs_data, choices.SRS_DATA)
   _choice("lasp.mask_objective", config.lasp.mask_objective, choices.MASK_OBJECTIVES)
@@ -115,6 +118,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       f"{config.data.num_tasks} tasks")
   if config.memory.size < 0:
     raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
+  if config.memory.size == 0 and config.lasp.srs_data == "onlypast" and (uses_sd(config) or uses_gm(config)):
+    raise ConfigError("lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0: nothing to search")
   if config.data.get("train_per_class", 0) < 0:
     raise ConfigError(f"data.train_per_class must be >= 0 (0: every training image), got "
                       f"{config.data.train_per_class}")

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import pathlib
+import shutil
 import signal
 import sys
 import time
@@ -63,6 +64,9 @@ def load_stream(config):
   if config.data.scenario == "domain":
     stream = streams.domain_incremental(data, config.data.num_tasks, config.seed,
                                         config.data.rmnist_test_uses_last_angle, tuple(config.data.rotation_angles))
+    if config.memory.size > len(stream.train_labels):
+      raise ConfigError(f"memory.size {config.memory.size} is larger than a domain's {len(stream.train_labels)} "
+                        f"training images: the reservoir could never fill it")
   else:
     stream = streams.class_incremental(data, config.data.num_tasks, tuple(config.data.class_order))
     memory_lib.check_capacity(config.memory.size, (stream.num_tasks - 1) * stream.classes_per_task)
@@ -172,6 +176,10 @@ class ContinualRun:
     progress.enable(config.progress)
     self.workdir = prepare_workdir(workdir)
     self.dataset, self.stream = load_stream(config)
+    smallest = min(len(self.stream.train_indices(t)) for t in range(self.stream.num_tasks))
+    if config.train.batch_size > smallest:
+      raise ConfigError(f"train.batch_size {config.train.batch_size} is larger than the smallest task's {smallest} "
+                        f"training samples: its epochs would be one padded step each")
     self.model = build_model(config)
     self.tx = make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay)
     self.aug_cfg = config_lib.augment_config(config)
@@ -218,8 +226,14 @@ class ContinualRun:
 
   def maybe_restore(self) -> bool:
     cfg_path = self.workdir / "config.json"
-    if self.ckpt.latest() is None or self.config.resume == "never":
+    if self.ckpt.latest() is None:
       return False
+    if self.config.resume == "never":
+      self._set_aside_old_checkpoints()
+      return False
+    if not cfg_path.exists() and self.config.resume != "force":
+      raise ConfigError(f"workdir {str(self.workdir)!r} has checkpoints but no config.json to check them against; "
+                        f"use another --workdir or --config.resume=force")
     if cfg_path.exists() and self.config.resume != "force":
       old = json.loads(cfg_path.read_text())
       diff = config_lib.differing_keys(old, config_lib.flat(self.config))
@@ -232,6 +246,16 @@ class ContinualRun:
     self.past = PastModel(*put(tuple(trees["past"]))) if meta.pop("has_past") else None
     self.host = meta
     return True
+
+  def _set_aside_old_checkpoints(self) -> None:
+    """resume=never: the old run's checkpoints move to checkpoints_replaced/ (one line says so), so that a
+    later default rerun cannot resume them under this run's config.json."""
+    old = self.workdir / "checkpoints_replaced"
+    self.ckpt.close()
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(self.ckpt.path, old)
+    tqdm.tqdm.write(f"resume=never: the workdir's earlier checkpoints moved to {old}", file=sys.stderr)
+    self.ckpt = checkpoint.Checkpointer(self.workdir)
 
   # ---------------------------------------------------------------- task pieces
   @property

@@ -224,6 +224,8 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
     ("train.epochs", 0, "train.epochs must be >= 1"),
     ("memory.size", -1, "memory.size must be >= 0"),
     ("memory.size", 3, "memory size 3 is impossible"),
+    ("data.source", "idx", "data.source 'idx' does not apply to dataset 'mnist5k'"),
+    ("data.train_per_class", -1, "data.train_per_class must be >= 0"),
 ])
 def test_bad_config_values(tmp_path, key, value, match):
   with pytest.raises(ConfigError, match=match):
@@ -307,3 +309,53 @@ def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():
   np.testing.assert_array_equal(six, [[1.0, 2.0, 3.0, 0.75, np.nan, 0.5, 64.0]])
   assert train.step_metrics([]).shape == (0, len(steps.METRICS))
   np.testing.assert_array_equal(train.step_metrics(np.arange(14.0).reshape(2, 7)), np.arange(14.0).reshape(2, 7))
+
+
+def _corrupt(step_dir):
+  for f in step_dir.rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"\x00garbage")
+
+
+def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
+  config = two_tasks(**{"eval.every_task": False, "eval.raw_pixels": False})
+  train.ContinualRun(config, tmp_path).run()
+  ckpts = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+  assert len(ckpts) == 2  # after task 0 and after task 1 (max_to_keep 2)
+  _corrupt(tmp_path / "checkpoints" / str(ckpts[-1]))
+  run = train.ContinualRun(config, tmp_path)
+  assert run.maybe_restore()
+  assert run.host["progress"]["task"] == 1  # the checkpoint after task 0
+  assert f"unreadable checkpoint(s) {ckpts[-1]}" in capsys.readouterr().err
+  _corrupt(tmp_path / "checkpoints" / str(ckpts[0]))
+  with pytest.raises(TrainingError, match="no readable checkpoint"):
+    train.ContinualRun(config, tmp_path).maybe_restore()
+
+
+def test_inconsistent_settings_are_refused_before_training(tmp_path):
+  with pytest.raises(ConfigError, match="lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0"):
+    train.ContinualRun(tiny_config(**{"memory.size": 0, "lasp.srs_data": "onlypast"}), tmp_path)
+  with pytest.raises(ConfigError, match="train.batch_size 2048 is larger than the smallest task's 2000 "):
+    train.ContinualRun(tiny_config(**{"data.num_tasks": 2, "train.batch_size": 2048}), tmp_path)
+
+
+def test_a_domain_memory_larger_than_a_domain_is_refused_before_training(tmp_path):
+  config = tiny_config(**{"data.scenario": "domain", "data.num_tasks": 3, "data.train_per_class": 10,
+                          "memory.size": 150, "model.normalize_embedding": False})
+  with pytest.raises(ConfigError, match="memory.size 150 is larger than a domain's 100 training images"):
+    train.ContinualRun(config, tmp_path)
+  assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_resume_never_sets_the_old_checkpoints_aside_and_unchecked_ones_are_refused(tmp_path, capsys):
+  config = two_tasks(**{"eval.every_task": False, "eval.raw_pixels": False})
+  train.ContinualRun(config, tmp_path).run()
+  (tmp_path / "config.json").unlink()
+  with pytest.raises(ConfigError, match="has checkpoints but no config.json"):
+    train.ContinualRun(config, tmp_path).maybe_restore()
+  never = train.ContinualRun(train.config_lib.override(two_tasks(**{"eval.every_task": False,
+                                                                    "eval.raw_pixels": False}), resume="never"),
+                             tmp_path)
+  assert not never.maybe_restore()
+  assert never.ckpt.latest() is None and (tmp_path / "checkpoints_replaced").is_dir()
+  assert "moved to" in capsys.readouterr().err

@@ -28,11 +28,7 @@ from lasp_jax.default_config import base_config
 def get_config():
   c = base_config()
   c.dataset = "cifar10"
-  c.method = "sd"
-  c.data.num_tasks = 5
   c.model.name = "resnet18"
-  c.model.embedding_dim = 128
-  c.model.normalize_embedding = True
   c.augment.size = 32
   c.augment.crop_scale = (0.2, 1.0)
   c.augment.flip = True
@@ -41,16 +37,11 @@ def get_config():
   c.augment.normalize = True
   c.augment.mean = (0.4914, 0.4822, 0.4465)
   c.augment.std = (0.2023, 0.1994, 0.2010)
-  c.train.batch_size = 512
   c.train.epochs_first = 500
   c.train.epochs = 100
   c.train.lr = 0.5
   c.train.warmup_epochs = 10     # automatic in the published code because batch > 256
   c.train.temperature = 0.5
-  c.train.ird_temp_cur = 0.2
-  c.train.ird_temp_past = 0.01
   c.train.steps_per_call = 4
   c.memory.size = 500
-  c.lasp.srs_data = "onlycurrent"
-  c.eval.lr = 1.0
   return c

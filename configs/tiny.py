@@ -12,9 +12,6 @@ from lasp_jax.default_config import base_config
 
 def get_config():
   c = base_config()
-  c.dataset = "mnist5k"
-  c.method = "sd"
-  c.data.num_tasks = 5
   c.model.width = 0.25
   # BatchNorm, as the offline default: without it SD collapsed to one embedding in tasks 3-4 (gradient norm
   # 3e-4 against 3.18; Task-IL 90.6, below raw pixels' 94.0), so tests trained SD on a dead network.

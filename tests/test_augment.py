@@ -100,6 +100,18 @@ def test_two_views_statistics_and_shapes():
   assert np.abs(np.asarray(views).mean() - raw.mean()) < 0.5
 
 
+def test_normalization_uses_each_channels_mean_and_std():
+  """With the whole image as the crop and no colour change, a view is exactly (x / 255 - mean) / std per channel
+  (a wrong or swapped mean or std fails)."""
+  cfg = A.AugmentConfig(16, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip=False, jitter_p=0.0, grayscale_p=0.0,
+                        mean=(0.1, 0.5, 0.9), std=(0.2, 0.3, 0.4))
+  imgs = jnp.asarray(RNG.integers(0, 256, (4, 16, 16, 3), dtype=np.uint8))
+  views = np.asarray(jax.jit(lambda k: A.two_views(k, imgs, jnp.zeros(4), cfg))(jax.random.PRNGKey(2)))
+  expected = (np.asarray(imgs, np.float32) / 255.0 - np.array([0.1, 0.5, 0.9])) / np.array([0.2, 0.3, 0.4])
+  np.testing.assert_allclose(views[:4], expected, atol=1e-4)
+  np.testing.assert_allclose(views[4:], expected, atol=1e-4)
+
+
 def test_flip_probability():
   cfg = A.AugmentConfig(8, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), jitter_p=0, grayscale_p=0)
   img = jnp.tile(jnp.arange(8, dtype=jnp.uint8)[None, :, None], (8, 1, 1))[None].repeat(400, 0)

@@ -119,9 +119,15 @@ def test_eb_resnet_golden(golden, conv_fn):
   np.testing.assert_allclose(y, g["y"], rtol=1e-5, atol=1e-6)
   gamma, p_x = jax.jit(functools.partial(salience.excitation_backprop, model))(variables, x, jnp.asarray(g["p_top"]))
   np.testing.assert_allclose(p_x, g["P_x"].transpose(0, 2, 3, 1), **TOL)
+  # The file's layout: 22 parameters (ResNet stem, two blocks, projection shortcut, head), each with its gamma
+  # and its modulated gradient; a file missing some would otherwise check only those it has.
+  assert sum(k.startswith("gamma__") for k in g) == 22 and sum(k.startswith("modgrad__") for k in g) == 22
+  assert len(jax.tree.leaves(variables["params"])) == 22
+  checked = 0
   grads = []
   for key in g:
     if key.startswith("gamma__"):
+      checked += 1
       name = key[len("gamma__"):]
       path = torch_to_flax_path(name)
       got = gamma
@@ -140,6 +146,8 @@ def test_eb_resnet_golden(golden, conv_fn):
       for p in path:
         got = got[p]
       np.testing.assert_allclose(got, torch_to_flax_array(g[key]), atol=1e-5, err_msg=key)
+      checked += 1
+  assert checked == 44
 
 
 def test_eb_works_on_mnist_net():

@@ -6,7 +6,7 @@ augmented views are stacked view-major, row ``v * B + n`` = view ``v`` of sample
 * :func:`supcon_loss`: Co2L's asymmetric supervised contrastive loss (only current-task anchors count).
 * :func:`ird_loss`: instance-wise relation distillation against a frozen past model's embeddings.
 * :func:`selective_ird_loss`: LASP's selective distillation, IRD on a salient subset of embedding dims.
-* :func:`mask_search`: the batched nearest-class-mean search for that subset (all restarts in one program).
+* :func:`search_mask`: the batched nearest-class-mean search for that subset (all restarts in one program).
 * :func:`excitation_backprop`: excitation-backprop parameter salience of a Flax model.
 * :func:`gradient_modulation`, :func:`set_salience`: LASP's gradient modulation as an optax transformation.
 * :mod:`lasp_jax.health`: checks that flag a collapsed or stuck task.
@@ -18,7 +18,7 @@ import importlib
 
 # Exported lazily: `python -m lasp_jax.main` rejects a bad config before jax loads (~3 s).
 _EXPORTS = {"supcon_loss": "losses", "ird_loss": "losses", "selective_ird_loss": "losses",
-            "l2_normalize": "losses", "mask_search": ("mask_search", "search"), "SearchResult": "mask_search",
+            "l2_normalize": "losses", "search_mask": ("mask_search", "search"), "SearchResult": "mask_search",
             "excitation_backprop": "salience", "gradient_modulation": "modulation",
             "set_salience": "modulation", "get_salience": "modulation"}
 __all__ = list(_EXPORTS)

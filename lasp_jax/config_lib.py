@@ -67,7 +67,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
   _choice("dataset", config.dataset, sorted(sources.SOURCES))
   _choice("method", config.method, METHODS)
-  if config.data.source not in choices.DATA_SOURCES[config.dataset]:
+  if config.data.source not in choices.DATA_SOURCES.get(config.dataset, (config.data.source,)):
     raise ConfigError(f"data.source {config.data.source!r} does not apply to dataset {config.dataset!r}; expected one "
                       f"of {list(choices.DATA_SOURCES[config.dataset])}")
   _choice("seeds_mode", config.get("seeds_mode", "auto"), SEEDS_MODES)

@@ -5,6 +5,8 @@ import re
 
 import numpy as np
 
+import lasp_jax.mask_search  # noqa: F401  (a submodule imported first must not shadow an export of that name)
+
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 

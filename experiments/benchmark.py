@@ -125,7 +125,7 @@ def bench_augment(batch, repeats):
   from configs import cifar10  # pylint: disable=g-import-not-at-top
   from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
   from lasp_jax.data import augment  # pylint: disable=g-import-not-at-top
-  cfg = config_lib.augment_config(cifar10.get_config())
+  cfg = config_lib.augment_config(cifar10.get_config(), rotate=False)
   images = jax.random.randint(jax.random.PRNGKey(0), (batch, 32, 32, 3), 0, 256).astype(jnp.uint8)
   views = jax.jit(lambda k, x: augment.two_views(k, x, jnp.zeros(batch), cfg))
   first, med = timed(views, jax.random.PRNGKey(1), images, repeats=repeats)

@@ -196,13 +196,13 @@ def uses_gm(config) -> bool:
   return method(config).gm
 
 
-def augment_config(config):
-  """The augmentation's settings (an ``augment.AugmentConfig``)."""
+def augment_config(config, *, rotate: bool):
+  """The augmentation's settings (an ``augment.AugmentConfig``); ``rotate``: the stream's (domain angles)."""
   from lasp_jax.data.augment import AugmentConfig  # pylint: disable=g-import-not-at-top  (jax)
   a = config.augment
   norm = dict(mean=tuple(a.mean), std=tuple(a.std)) if a.normalize else {}
   return AugmentConfig(size=a.size, crop_scale=tuple(a.crop_scale), flip=a.flip, jitter_p=a.jitter_p,
-                       grayscale_p=a.grayscale_p, blur_p=a.blur_p, rotate=config.data.scenario == "domain",
+                       grayscale_p=a.grayscale_p, blur_p=a.blur_p, rotate=rotate,
                        **norm)
 
 

@@ -88,15 +88,6 @@ def reservoir_update(memory: Memory, num_train: int, capacity: int, task: int,
   return Memory(indices, tasks)
 
 
-def update(memory: Memory, *, scenario: str, train_labels: np.ndarray, prev_classes, capacity: int,
-           task: int, seed: int) -> Memory:
-  """The memory for training task ``task`` (>= 1), built from the one before."""
-  rng = memory_rng(seed, task)
-  if scenario == "domain":
-    return reservoir_update(memory, len(train_labels), capacity, task, rng)
-  return class_balanced_update(memory, train_labels, prev_classes, capacity, task, rng)
-
-
 def check_capacity(capacity: int, classes_before_last_task: int) -> None:
   """Refuses a memory that cannot hold one sample of every class it must keep (0: no memory at all)."""
   if capacity < 0 or 0 < capacity < classes_before_last_task:

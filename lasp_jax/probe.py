@@ -59,6 +59,21 @@ class ProbeData(NamedTuple):
   test_domain: jax.Array   # (Nt,)
 
 
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """What a read-out needs to know of the task stream (hashable: a static argument of its programs)."""
+  num_classes: int
+  num_tasks: int
+  classes_per_task: int
+  metrics: Tuple[str, ...]      # "class_il" / "task_il" / "domain_il", the stream's
+  crop_current: bool = True     # the probe re-augments the current task's rows (else: rotated only)
+
+  @classmethod
+  def of(cls, stream) -> "Layout":
+    return cls(stream.num_classes, stream.num_tasks, stream.classes_per_task, tuple(stream.metrics),
+               stream.probe_crops_current)
+
+
 class ProbeResult(NamedTuple):
   per_task: dict      # metric -> (num_tasks,) accuracies in percent (NaN for unseen)
   overall: dict       # metric -> accuracy over all test samples, percent
@@ -104,15 +119,15 @@ class Linear(nn.Module):
     return models.torch_dense(self.num_classes, x.shape[-1], "fc")(x)
 
 
-def probe_views(key, images_u8, angles, current, *, aug_cfg, scenario: str):
+def probe_views(key, images_u8, angles, current, *, aug_cfg, crop_current: bool):
   """One augmented view per image for the probe's training rows.
 
-  Rotated MNIST (published): the current task's images are rotated only (no
-  crop), the memory's rotated and randomly cropped; class-incremental streams
-  augment every row.
+  ``crop_current=False`` (Rotated MNIST, as published): the current task's images
+  are rotated only (no crop), the memory's rotated and randomly cropped; otherwise
+  every row is augmented.
   """
   x = augment.one_view(key, images_u8, angles, aug_cfg)
-  if scenario != "domain":
+  if crop_current:
     return x
   plain = augment.test_transform(images_u8, angles, aug_cfg)
   return jnp.where(current[:, None, None, None], plain, x)
@@ -123,12 +138,12 @@ def _lr_per_epoch(cfg: ProbeConfig):
   return np.array([cfg.lr * cfg.decay ** sum(e >= m for m in marks) for e in range(cfg.epochs)], np.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("num_tasks", "classes_per_task", "scenario"))
-def _accuracies(logits, labels, tasks, num_tasks, classes_per_task, scenario):
-  """Per-task and overall accuracy for each metric of the scenario (one program; op by op it was ~20)."""
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _accuracies(logits, labels, tasks, layout: Layout):
+  """Per-task and overall accuracy for each metric of the stream (one program; op by op it was ~20)."""
   out = {}
-  metrics = {"domain_il": None} if scenario == "domain" else {"class_il": None, "task_il": None}
-  for name in metrics:
+  num_tasks, classes_per_task = layout.num_tasks, layout.classes_per_task
+  for name in layout.metrics:
     masked = logits
     if name == "task_il":
       block = labels // classes_per_task
@@ -158,11 +173,10 @@ def masked_sgd_step(params, opt_state, feats, labels, valid, *, clf, tx):
   return jax.tree.map(lambda a, b: jnp.where(jnp.any(valid), a, b), new, (params, opt_state))
 
 
-@functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "cfg", "num_classes", "num_tasks",
-                                             "classes_per_task", "scenario"))
+@functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "cfg", "layout"))
 def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, stats, *, model, aug_cfg,
-                 cfg: ProbeConfig, num_classes, num_tasks, classes_per_task, scenario):
-  clf = Linear(num_classes)
+                 cfg: ProbeConfig, layout: Layout):
+  clf = Linear(layout.num_classes)
   n_rows = pd.train_index.shape[0]
   n = jnp.sum(pd.train_weight > 0)  # one epoch = as many draws as real samples
   steps = -(-n_rows // cfg.batch_size)
@@ -178,7 +192,7 @@ def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, sta
     if not cfg.augment:
       return (train_feats[rows] - mean) / scale
     x = probe_views(key, images[pd.train_index[rows]], angles[pd.train_domain[rows]], pd.train_current[rows],
-                    aug_cfg=aug_cfg, scenario=scenario)
+                    aug_cfg=aug_cfg, crop_current=layout.crop_current)
     return (encode(model, variables, x) - mean) / scale
 
   def step(carry, inputs):
@@ -197,7 +211,7 @@ def _train_probe(key, variables, images, angles, pd: ProbeData, train_feats, sta
         step, (params, opt_state),
         (sample.reshape(steps, -1), valid.reshape(steps, -1), jax.random.split(k_aug, steps)))
     logits = clf.apply(params, (pd.test_feats - mean) / scale)
-    acc = _accuracies(logits, pd.test_label, pd.test_task, num_tasks, classes_per_task, scenario)
+    acc = _accuracies(logits, pd.test_label, pd.test_task, layout)
     jax.debug.callback(progress.tick, acc[next(iter(acc))][1])  # the probe's progress bar, one tick an epoch
     return (params, opt_state), acc
 
@@ -220,8 +234,8 @@ def feature_moments(feats, weight):
   return mean, jnp.sqrt(w @ (feats - mean) ** 2) + 1e-6
 
 
-def linear_readout(model, variables, data, test_data, pd: ProbeData, *, kind: str, aug_cfg, num_classes: int,
-                   num_tasks: int, classes_per_task: int, scenario: str) -> ProbeResult:
+def linear_readout(model, variables, data, test_data, pd: ProbeData, *, kind: str, aug_cfg,
+                   layout: Layout) -> ProbeResult:
   """The converged reference classifier (``linear.fit_logistic``) on the probe's data.
 
   Same training rows and balancing weights as the SGD probe, same test rows;
@@ -233,15 +247,15 @@ def linear_readout(model, variables, data, test_data, pd: ProbeData, *, kind: st
   feats = lambda d, idx, dom: np.asarray(extract_features(model, variables, d, np.asarray(idx), np.asarray(dom),
                                                           aug_cfg, kind=kind))
   clf = linear.fit_logistic(feats(data, np.asarray(pd.train_index)[rows], np.asarray(pd.train_domain)[rows]),
-                            np.asarray(pd.train_label)[rows], num_classes=num_classes, sample_weight=weight[rows])
+                            np.asarray(pd.train_label)[rows], num_classes=layout.num_classes,
+                            sample_weight=weight[rows])
   logits = clf.logits(feats(test_data, pd.test_index, pd.test_domain)).astype(np.float32)
-  accs = _accuracies(jnp.asarray(logits), pd.test_label, pd.test_task, num_tasks, classes_per_task, scenario)
+  accs = _accuracies(jnp.asarray(logits), pd.test_label, pd.test_task, layout)
   return ProbeResult({n: np.asarray(a[0]) for n, a in accs.items()}, {n: float(a[1]) for n, a in accs.items()},
                      {n: None for n in accs})
 
 
-def probe_curves(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: ProbeConfig, num_classes: int,
-                 num_tasks: int, classes_per_task: int, scenario: str) -> dict:
+def probe_curves(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: ProbeConfig, layout: Layout) -> dict:
   """Trains the probe; {metric: ((epochs, num_tasks) per-task, (epochs,) overall)} accuracy after every epoch."""
   train_feats, stats = None, (jnp.zeros(()), jnp.ones(()))
   if not cfg.augment or cfg.standardize:
@@ -251,8 +265,7 @@ def probe_curves(key, model, variables, data, pd: ProbeData, *, aug_cfg, cfg: Pr
     stats = feature_moments(train_feats, pd.train_weight)
   with progress.bar(cfg.epochs, "probe", unit="epoch"):
     accs = _train_probe(key, variables, data.images, data.angles, pd, train_feats, stats, model=model,
-                        aug_cfg=aug_cfg, cfg=cfg, num_classes=num_classes, num_tasks=num_tasks,
-                        classes_per_task=classes_per_task, scenario=scenario)
+                        aug_cfg=aug_cfg, cfg=cfg, layout=layout)
     return {name: (np.asarray(t), np.asarray(a)) for name, (t, a) in accs.items()}
 
 

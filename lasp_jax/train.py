@@ -54,23 +54,14 @@ def data_mesh(devices=None) -> Mesh:
 # ------------------------------------------------------------------------------ setup
 
 def load_stream(config):
-  """Loads the dataset and cuts it into the task stream the config names."""
+  """Loads the dataset and cuts it into the task stream (scenario) the config names."""
   kwargs = dict(data_dir=config.data.data_dir or None, source=config.data.source,
                 download=config.data.download, split_seed=config.data.split_seed)
   if config.dataset == "synthetic":
     kwargs.update(config.data.synthetic.to_dict())
   data = sources.train_subset(sources.load_dataset(config.dataset, **kwargs), config.data.train_per_class,
                               config.data.split_seed)
-  if config.data.scenario == "domain":
-    stream = streams.domain_incremental(data, config.data.num_tasks, config.seed,
-                                        config.data.rmnist_test_uses_last_angle, tuple(config.data.rotation_angles))
-    if config.memory.size > len(stream.train_labels):
-      raise ConfigError(f"memory.size {config.memory.size} is larger than a domain's {len(stream.train_labels)} "
-                        f"training images: the reservoir could never fill it")
-  else:
-    stream = streams.class_incremental(data, config.data.num_tasks, tuple(config.data.class_order))
-    memory_lib.check_capacity(config.memory.size, (stream.num_tasks - 1) * stream.classes_per_task)
-  return data, stream
+  return data, streams.make_stream(data, config)
 
 
 def prepare_workdir(workdir) -> pathlib.Path:
@@ -90,7 +81,7 @@ def loss_config(config, stream) -> LossConfig:
   return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
                     temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
                     selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
-                    domain_classes=stream.num_classes if stream.scenario == "domain" else 0)
+                    domain_classes=stream.contrastive_offset)
 
 
 def probe_config(config) -> probe.ProbeConfig:
@@ -100,15 +91,11 @@ def probe_config(config) -> probe.ProbeConfig:
                            decay_epochs=tuple(e.get("decay_epochs", ())))
 
 
-def task_domain(stream, t: int) -> int:
-  return t if stream.scenario == "domain" else 0
-
-
 def task_pool(stream, t: int) -> Batch:
   """Task t's own training samples, all current."""
   own = stream.train_indices(t).astype(np.int32)
   n = len(own)
-  return Batch(own, np.full(n, task_domain(stream, t), np.int32), np.ones(n, bool), np.ones(n, bool))
+  return Batch(own, np.full(n, stream.task_domain(t), np.int32), np.ones(n, bool), np.ones(n, bool))
 
 
 def concat_pools(*pools: Batch) -> Batch:
@@ -121,9 +108,10 @@ def training_pool(stream, memory: memory_lib.Memory, t: int) -> Batch:
 
 
 def memory_pool(stream, memory) -> Batch:
-  mem_domain = memory.tasks if stream.scenario == "domain" else np.zeros(len(memory), np.int64)
+  """The memory's samples (past), each at its own domain."""
   n = len(memory)
-  return Batch(memory.indices.astype(np.int32), mem_domain.astype(np.int32), np.zeros(n, bool), np.ones(n, bool))
+  return Batch(memory.indices.astype(np.int32), stream.memory_domains(memory).astype(np.int32), np.zeros(n, bool),
+               np.ones(n, bool))
 
 
 def pad_lrs(lrs: np.ndarray, steps: int) -> jax.Array:
@@ -182,7 +170,7 @@ class ContinualRun:
                         f"training samples: its epochs would be one padded step each")
     self.model = build_model(config)
     self.tx = make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay)
-    self.aug_cfg = config_lib.augment_config(config)
+    self.aug_cfg = config_lib.augment_config(config, rotate=self.stream.rotates)
     self.loss_cfg = loss_config(config, self.stream)
     self.compiler_options = cpu_kernels.compiler_options(cpu_kernels.of_model(config.model))
     self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg,
@@ -208,7 +196,7 @@ class ContinualRun:
 
   def _fresh_host_state(self) -> dict:
     t, d = self.stream.num_tasks, self.config.model.embedding_dim
-    names = ["domain_il"] if self.stream.scenario == "domain" else ["class_il", "task_il"]
+    names = list(self.stream.metrics)
     return {"progress": {"task": 0, "epoch": 0, "call": 0, "boundary_done": False, "partial": []},
             "memory": {"indices": [], "tasks": []}, "mask": [True] * d,
             "acc": {n: [[None] * t for _ in range(t)] for n in names}, "overall": {n: [None] * t for n in names},
@@ -270,8 +258,7 @@ class ContinualRun:
     """Memory update, past-model snapshot and LASP work before training task t >= 1."""
     fault_point(f"boundary:{t}")
     c, s = self.config, self.stream
-    mem = memory_lib.update(self.memory, scenario=s.scenario, train_labels=s.train_labels,
-                            prev_classes=s.task_classes(t - 1), capacity=c.memory.size, task=t, seed=c.seed)
+    mem = s.update_memory(self.memory, task=t, capacity=c.memory.size, seed=c.seed)
     self._set_memory(mem)
     if not config_lib.method(c).distill:
       return
@@ -440,18 +427,11 @@ class ContinualRun:
     s, mem = self.stream, self.memory
     pool = training_pool(s, mem, t)
     labels = s.train_labels[pool.index]
-    group = pool.domain if s.scenario == "domain" else labels
+    group = s.probe_groups(pool.domain, labels)
     weight = (1.0 / np.bincount(group)[group]).astype(np.float32)
     rows = max(len(s.train_indices(j)) for j in range(s.num_tasks)) + self.config.memory.size
     pad = lambda a, v=0: np.concatenate([a, np.full(rows - len(a), v, a.dtype)])
-    test_idx = np.concatenate([s.test_indices(j) for j in range(t + 1)])
-    if s.scenario == "domain":
-      test_task = np.repeat(np.arange(t + 1), len(s.test_labels))
-      test_rows = len(s.test_labels) * s.num_tasks
-    else:
-      test_task = s.test_labels[test_idx] // s.classes_per_task
-      test_rows = len(s.test_labels)
-    test_dom = test_task if s.scenario == "domain" else np.zeros(len(test_idx), np.int64)
+    test_idx, test_task, test_dom, test_rows = s.probe_tests(t)
     tpad = lambda a, v: np.concatenate([a, np.full(test_rows - len(a), v, np.int64)])
     test_idx, test_dom = tpad(test_idx, 0), tpad(test_dom, 0)
     feats = probe.extract_features(self.model, self.state.variables(), self.test_data, test_idx, test_dom,
@@ -464,9 +444,7 @@ class ContinualRun:
 
   def readout_kwargs(self) -> dict:
     """The stream's settings that every read-out (SGD probe, L-BFGS, raw pixels) takes."""
-    s = self.stream
-    return dict(aug_cfg=self.aug_cfg, num_classes=s.num_classes, num_tasks=s.num_tasks,
-                classes_per_task=s.classes_per_task, scenario=s.scenario)
+    return dict(aug_cfg=self.aug_cfg, layout=probe.Layout.of(self.stream))
 
   def evaluate(self, t: int) -> probe.ProbeData:
     """The probe after task t; returns its data (rows, test features) for the raw-pixel baseline."""

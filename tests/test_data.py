@@ -191,6 +191,14 @@ def test_rotations_are_seeded_and_per_task():
 LABELS = np.repeat(np.arange(10), 50)
 
 
+def _class_update(mem, labels, prev_classes, capacity, task, seed):
+  return M.class_balanced_update(mem, labels, prev_classes, capacity, task, M.memory_rng(seed, task))
+
+
+def _reservoir(mem, num_train, capacity, task, seed):
+  return M.reservoir_update(mem, num_train, capacity, task, M.memory_rng(seed, task))
+
+
 @settings(max_examples=25, deadline=None)
 @given(capacity=st.integers(10, 300), seed=st.integers(0, 10**6))
 def test_class_balanced_memory_properties(capacity, seed):
@@ -201,8 +209,7 @@ def test_class_balanced_memory_properties(capacity, seed):
   [5, 5, 5, 5, 8, 7] at t = 3, found by this test)."""
   mem, prev = M.Memory.empty(), np.zeros(10, np.int64)
   for t in range(1, 5):
-    mem = M.update(mem, scenario="class", train_labels=LABELS, prev_classes=[2 * t - 2, 2 * t - 1],
-                   capacity=capacity, task=t, seed=seed)
+    mem = _class_update(mem, LABELS, [2 * t - 2, 2 * t - 1], capacity, t, seed)
     counts = np.bincount(LABELS[mem.indices], minlength=10)
     assert len(mem) <= capacity and len(np.unique(mem.indices)) == len(mem)
     assert np.all(counts[2 * t:] == 0)  # only classes of finished tasks
@@ -216,12 +223,10 @@ def test_class_balanced_memory_properties(capacity, seed):
 
 
 def test_class_balanced_memory_matches_protocol_numbers():
-  mem = M.update(M.Memory.empty(), scenario="class", train_labels=LABELS, prev_classes=[0, 1], capacity=200,
-                 task=1, seed=0)
+  mem = _class_update(M.Memory.empty(), LABELS, [0, 1], 200, 1, 0)
   np.testing.assert_array_equal(np.bincount(LABELS[mem.indices], minlength=2)[:2], [50, 50])  # all of them
   big = np.repeat(np.arange(10), 500)
-  mem = M.update(M.Memory.empty(), scenario="class", train_labels=big, prev_classes=[0, 1], capacity=500,
-                 task=1, seed=0)
+  mem = _class_update(M.Memory.empty(), big, [0, 1], 500, 1, 0)
   np.testing.assert_array_equal(np.bincount(big[mem.indices]), [250, 250])
 
 
@@ -232,13 +237,12 @@ def test_reservoir_is_uniform_and_seeded():
   for seed in range(30):
     mem = M.Memory.empty()
     for t in range(1, 5):
-      mem = M.update(mem, scenario="domain", train_labels=labels, prev_classes=None, capacity=cap, task=t,
-                     seed=seed)
+      mem = _reservoir(mem, len(labels), cap, t, seed)
       assert len(mem) == cap
     counts += np.bincount(mem.tasks, minlength=4)
   np.testing.assert_allclose(counts / counts.sum(), 0.25, atol=0.03)  # each of 4 tasks ~1/4
-  a = M.update(M.Memory.empty(), scenario="domain", train_labels=labels, prev_classes=None, capacity=cap, task=1, seed=3)
-  b = M.update(M.Memory.empty(), scenario="domain", train_labels=labels, prev_classes=None, capacity=cap, task=1, seed=3)
+  a = _reservoir(M.Memory.empty(), len(labels), cap, 1, 3)
+  b = _reservoir(M.Memory.empty(), len(labels), cap, 1, 3)
   np.testing.assert_array_equal(a.indices, b.indices)
 
 

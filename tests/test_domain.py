@@ -26,8 +26,7 @@ def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_dom
   run = _run(tmp_path)
   run.host["progress"]["task"] = 2
   for t in (1, 2):  # the boundaries' memory updates alone
-    mem = train.memory_lib.update(run.memory, scenario="domain", train_labels=run.stream.train_labels,
-                                  prev_classes=run.stream.task_classes(t - 1), capacity=60, task=t, seed=0)
+    mem = run.stream.update_memory(run.memory, task=t, capacity=60, seed=0)
     run._set_memory(mem)  # pylint: disable=protected-access
   mem = run.memory
   assert set(np.unique(mem.tasks)) == {0, 1}  # both earlier domains are in the memory
@@ -49,8 +48,7 @@ def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_dom
 @pytest.mark.parametrize("srs", ["onlycurrent", "onlypast", "combined"])
 def test_each_lookahead_setting_selects_its_rows(tmp_path, srs):
   run = _run(tmp_path)
-  mem = train.memory_lib.update(run.memory, scenario="domain", train_labels=run.stream.train_labels,
-                                prev_classes=run.stream.task_classes(0), capacity=60, task=1, seed=0)
+  mem = run.stream.update_memory(run.memory, task=1, capacity=60, seed=0)
   pool, mem_pool = train.training_pool(run.stream, mem, 1), train.memory_pool(run.stream, mem)
   rows = lookahead.lookahead_rows(pool, mem_pool, srs, 64, np.random.default_rng(0))
   valid = rows.valid.astype(bool)

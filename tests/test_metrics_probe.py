@@ -39,7 +39,7 @@ def test_task_il_masks_to_the_samples_task_block():
                       [0.0, 0.0, 0.0, 9.0]])   # label 3: both right
   labels = jnp.array([0, 1, 2, 3])
   tasks = jnp.array([0, 0, 1, 1])
-  acc = probe._accuracies(logits, labels, tasks, 2, 2, "class")
+  acc = probe._accuracies(logits, labels, tasks, probe.Layout(4, 2, 2, ("class_il", "task_il")))
   np.testing.assert_allclose(acc["class_il"][0], [0.0, 50.0])
   np.testing.assert_allclose(acc["task_il"][0], [50.0, 50.0])
   assert float(acc["class_il"][1]) == pytest.approx(25.0) and float(acc["task_il"][1]) == pytest.approx(50.0)
@@ -98,15 +98,15 @@ def test_rotated_mnist_probe_crops_only_the_memory():
   """Published R-MNIST probe: current-task images are rotated only, memory images rotated and cropped."""
   from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
   from lasp_jax.data import augment  # pylint: disable=import-outside-toplevel
-  cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}))
+  cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}), rotate=True)
   images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)), jnp.uint8)
   angles = jnp.array([30.0, 30.0, 60.0, 60.0])
   current = jnp.array([True, False, True, False])
-  x = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, scenario="domain")
+  x = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, crop_current=False)
   plain = augment.test_transform(images, angles, cfg)
   np.testing.assert_array_equal(x[current], plain[current])
   assert not np.allclose(x[~current], plain[~current])  # cropped to 30-50 % of the area
-  every = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, scenario="class")
+  every = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, crop_current=True)
   assert not np.allclose(every[current], plain[current])
 
 

@@ -21,27 +21,25 @@ _PAIRS = flags.DEFINE_integer("pairs", 16, "How many samples (each shown as its 
 
 
 def describe(config, stream) -> str:
-  lines = [f"{config.dataset}: {stream.scenario}-incremental, {stream.num_tasks} tasks"]
+  lines = [f"{config.dataset}: {type(stream).__name__}, {stream.num_tasks} tasks"]
   mem = memory_lib.Memory.empty()
   for t in range(stream.num_tasks):
     if t > 0:
-      mem = memory_lib.update(mem, scenario=stream.scenario, train_labels=stream.train_labels,
-                              prev_classes=stream.task_classes(t - 1), capacity=config.memory.size, task=t,
-                              seed=config.seed)
+      mem = stream.update_memory(mem, task=t, capacity=config.memory.size, seed=config.seed)
     own = stream.train_indices(t)
-    extra = f" angle {stream.angles[t]:.1f}" if stream.scenario == "domain" else ""
+    extra = f" angle {stream.angles[t]:.1f}" if stream.rotates else ""
     lines.append(f"task {t}: classes {stream.task_classes(t).tolist()}{extra}, {len(own)} train, "
                  f"{len(stream.test_indices(t))} test, memory {len(mem)}")
     if len(mem):
-      key = mem.tasks if stream.scenario == "domain" else stream.train_labels[mem.indices]
-      what = "per source task" if stream.scenario == "domain" else "per class"
-      lines.append(f"    memory {what}: {dict(zip(*np.unique(key, return_counts=True)))}")
+      groups = stream.probe_groups(stream.memory_domains(mem), stream.train_labels[mem.indices])
+      lines.append(f"    memory per {'domain' if stream.rotates else 'class'}: "
+                   f"{dict(zip(*np.unique(groups, return_counts=True)))}")
   return "\n".join(lines)
 
 
 def view_grid(config, dataset, stream, pairs: int) -> Image.Image:
   """Rows of (view 1, view 2) pairs, de-normalized to uint8."""
-  cfg = config_lib.augment_config(config)
+  cfg = config_lib.augment_config(config, rotate=stream.rotates)
   rng = np.random.default_rng(config.seed)
   idx = rng.choice(len(stream.train_labels), pairs, replace=False)
   angles = jnp.asarray(stream.angles[rng.integers(0, stream.num_tasks, pairs)], jnp.float32)

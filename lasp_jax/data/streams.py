@@ -1,25 +1,30 @@
-"""Continual task streams: class-incremental splits and Rotated MNIST domains.
+"""Continual-learning scenarios: the task stream and everything that depends on its kind.
 
-A stream relabels classes so that task t owns the contiguous labels
-``[t * cpt, (t + 1) * cpt)`` of ``class_order``; Task-IL evaluation then restricts
-the prediction to that block. A domain stream keeps the 10 digits in every task
-and gives each task a rotation angle.
+A scenario is one object. :class:`ClassIncremental` splits the classes into tasks
+(task t owns the contiguous labels ``[t * cpt, (t + 1) * cpt)`` of ``class_order``;
+Task-IL restricts a prediction to that block); :class:`DomainIncremental` keeps
+every class in every task and gives each task a rotation angle (Rotated MNIST).
+Each owns what differs between them: which samples a task trains and tests on, each
+sample's domain, the replay memory's policy, the contrastive labels, whether views
+are rotated, the probe's balancing and test layout, and the metric names. Outside
+this module only config validation reads the scenario's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
+from lasp_jax import memory as memory_lib
 from lasp_jax.data.sources import ArrayDataset
 from lasp_jax.errors import ConfigError
 
 
 @dataclasses.dataclass
 class TaskStream:
-  """Everything about the task sequence that training and evaluation need."""
-  scenario: str                   # "class" or "domain"
+  """The task sequence: labels, angles and the scenario's rules (subclasses)."""
   num_tasks: int
   num_classes: int                # classes the classifier predicts
   classes_per_task: int
@@ -29,34 +34,148 @@ class TaskStream:
   test_angles: np.ndarray         # (num_tasks,) angle applied to task j's test copy
   class_order: np.ndarray
 
+  scenario: ClassVar[str]
+  metrics: ClassVar[tuple]        # the accuracy metrics a probe reports, in results.json's order
+  rotates: ClassVar[bool]         # views are rotated by their sample's domain angle
+  probe_crops_current: ClassVar[bool]  # the probe re-augments the current task's rows (else rotate only)
+
   def task_classes(self, t: int) -> np.ndarray:
-    if self.scenario == "domain":
-      return np.arange(self.num_classes)
-    return np.arange(t * self.classes_per_task, (t + 1) * self.classes_per_task)
+    raise NotImplementedError
 
   def train_indices(self, t: int) -> np.ndarray:
-    """Training-set indices of task t's own data (all images for a domain task)."""
-    if self.scenario == "domain":
-      return np.arange(len(self.train_labels))
-    return np.flatnonzero(np.isin(self.train_labels, self.task_classes(t)))
+    """Training-set indices of task t's own data."""
+    raise NotImplementedError
 
   def test_indices(self, t: int) -> np.ndarray:
-    if self.scenario == "domain":
-      return np.arange(len(self.test_labels))
-    return np.flatnonzero(np.isin(self.test_labels, self.task_classes(t)))
+    raise NotImplementedError
 
-  def contrastive_labels(self, labels: np.ndarray, domains: np.ndarray) -> np.ndarray:
-    """SupCon classes: the class, or digit + 10 * domain for Rotated MNIST."""
-    if self.scenario == "domain":
-      return labels + self.num_classes * domains
-    return labels
+  def task_domain(self, t: int) -> int:
+    """The domain (rotation) of task t's samples."""
+    raise NotImplementedError
+
+  @property
+  def contrastive_offset(self) -> int:
+    """SupCon's label is ``label + offset * domain``: 0, or the class count when domains are classes too."""
+    raise NotImplementedError
 
   @property
   def num_contrastive_classes(self) -> int:
-    return self.num_classes * (self.num_tasks if self.scenario == "domain" else 1)
+    raise NotImplementedError
+
+  def update_memory(self, memory: memory_lib.Memory, *, task: int, capacity: int, seed: int) -> memory_lib.Memory:
+    """The replay memory for training task ``task`` >= 1, built from the one before."""
+    raise NotImplementedError
+
+  def memory_domains(self, memory: memory_lib.Memory) -> np.ndarray:
+    """Each memory sample's domain."""
+    raise NotImplementedError
+
+  def probe_groups(self, domains: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The groups the probe's training rows are balanced over."""
+    raise NotImplementedError
+
+  def probe_tests(self, t: int):
+    """The probe's test rows after task t: (indices, task of each row, domain of each row, padded row count)."""
+    raise NotImplementedError
+
+  def check_memory(self, capacity: int) -> None:
+    """Refuses a memory size this stream cannot hold (ConfigError)."""
 
 
-def class_incremental(data: ArrayDataset, num_tasks: int, class_order=None) -> TaskStream:
+class ClassIncremental(TaskStream):
+  """Class-incremental tasks: Class-IL and Task-IL."""
+  scenario = "class"
+  metrics = ("class_il", "task_il")
+  rotates = False
+  probe_crops_current = True
+
+  def task_classes(self, t):
+    return np.arange(t * self.classes_per_task, (t + 1) * self.classes_per_task)
+
+  def train_indices(self, t):
+    return np.flatnonzero(np.isin(self.train_labels, self.task_classes(t)))
+
+  def test_indices(self, t):
+    return np.flatnonzero(np.isin(self.test_labels, self.task_classes(t)))
+
+  def task_domain(self, t):
+    return 0
+
+  @property
+  def contrastive_offset(self):
+    return 0
+
+  @property
+  def num_contrastive_classes(self):
+    return self.num_classes
+
+  def update_memory(self, memory, *, task, capacity, seed):
+    return memory_lib.class_balanced_update(memory, self.train_labels, self.task_classes(task - 1), capacity, task,
+                                            memory_lib.memory_rng(seed, task))
+
+  def memory_domains(self, memory):
+    return np.zeros(len(memory), np.int64)
+
+  def probe_groups(self, domains, labels):
+    return labels
+
+  def probe_tests(self, t):
+    idx = np.concatenate([self.test_indices(j) for j in range(t + 1)])
+    return idx, self.test_labels[idx] // self.classes_per_task, np.zeros(len(idx), np.int64), len(self.test_labels)
+
+  def check_memory(self, capacity):
+    memory_lib.check_capacity(capacity, (self.num_tasks - 1) * self.classes_per_task)
+
+
+class DomainIncremental(TaskStream):
+  """Rotated digits: every task holds every class at its own angle; Domain-IL."""
+  scenario = "domain"
+  metrics = ("domain_il",)
+  rotates = True
+  probe_crops_current = False  # the published R-MNIST probe rotates the current task's images without cropping
+
+  def task_classes(self, t):
+    return np.arange(self.num_classes)
+
+  def train_indices(self, t):
+    return np.arange(len(self.train_labels))
+
+  def test_indices(self, t):
+    return np.arange(len(self.test_labels))
+
+  def task_domain(self, t):
+    return t
+
+  @property
+  def contrastive_offset(self):
+    return self.num_classes
+
+  @property
+  def num_contrastive_classes(self):
+    return self.num_classes * self.num_tasks
+
+  def update_memory(self, memory, *, task, capacity, seed):
+    return memory_lib.reservoir_update(memory, len(self.train_labels), capacity, task,
+                                       memory_lib.memory_rng(seed, task))
+
+  def memory_domains(self, memory):
+    return memory.tasks
+
+  def probe_groups(self, domains, labels):
+    return domains
+
+  def probe_tests(self, t):
+    n = len(self.test_labels)
+    task = np.repeat(np.arange(t + 1), n)
+    return np.tile(np.arange(n), t + 1), task, task, n * self.num_tasks
+
+  def check_memory(self, capacity):
+    if capacity > len(self.train_labels):
+      raise ConfigError(f"memory.size {capacity} is larger than a domain's {len(self.train_labels)} training "
+                        f"images: the reservoir could never fill it")
+
+
+def class_incremental(data: ArrayDataset, num_tasks: int, class_order=None) -> ClassIncremental:
   """Splits ``data`` into ``num_tasks`` tasks of equally many classes."""
   order = np.arange(data.num_classes) if class_order is None or len(class_order) == 0 else np.asarray(class_order)
   if sorted(order.tolist()) != list(range(data.num_classes)):
@@ -64,9 +183,9 @@ def class_incremental(data: ArrayDataset, num_tasks: int, class_order=None) -> T
   if num_tasks < 1 or data.num_classes % num_tasks:
     raise ConfigError(f"{data.num_classes} classes cannot be split into {num_tasks} equal tasks")
   rank = np.argsort(order)  # original label -> position in the order
-  return TaskStream("class", num_tasks, data.num_classes, data.num_classes // num_tasks,
-                    rank[data.train_labels].astype(np.int32), rank[data.test_labels].astype(np.int32),
-                    np.zeros(num_tasks), np.zeros(num_tasks), order)
+  return ClassIncremental(num_tasks, data.num_classes, data.num_classes // num_tasks,
+                          rank[data.train_labels].astype(np.int32), rank[data.test_labels].astype(np.int32),
+                          np.zeros(num_tasks), np.zeros(num_tasks), order)
 
 
 def rotation_angles(num_tasks: int, seed: int) -> np.ndarray:
@@ -75,7 +194,7 @@ def rotation_angles(num_tasks: int, seed: int) -> np.ndarray:
 
 
 def domain_incremental(data: ArrayDataset, num_tasks: int, seed: int,
-                       test_uses_last_angle: bool = False, angles=()) -> TaskStream:
+                       test_uses_last_angle: bool = False, angles=()) -> DomainIncremental:
   """Rotated digits: every task holds all classes at its own angle.
 
   Args:
@@ -90,5 +209,17 @@ def domain_incremental(data: ArrayDataset, num_tasks: int, seed: int,
     raise ConfigError(f"data.rotation_angles has {len(angles)} angles for {num_tasks} tasks")
   angles = np.asarray(angles, np.float64) if len(angles) else rotation_angles(num_tasks, seed)
   test_angles = np.full(num_tasks, angles[-1]) if test_uses_last_angle else angles.copy()
-  return TaskStream("domain", num_tasks, data.num_classes, data.num_classes, data.train_labels,
-                    data.test_labels, angles, test_angles, np.arange(data.num_classes))
+  return DomainIncremental(num_tasks, data.num_classes, data.num_classes, data.train_labels, data.test_labels,
+                           angles, test_angles, np.arange(data.num_classes))
+
+
+def make_stream(data: ArrayDataset, config) -> TaskStream:
+  """The stream ``config.data.scenario`` names, checked against ``config.memory.size``."""
+  d = config.data
+  if d.scenario == "domain":
+    stream = domain_incremental(data, d.num_tasks, config.seed, d.rmnist_test_uses_last_angle,
+                                tuple(d.rotation_angles))
+  else:
+    stream = class_incremental(data, d.num_tasks, tuple(d.class_order))
+  stream.check_memory(config.memory.size)
+  return stream

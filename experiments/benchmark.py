@@ -226,7 +226,7 @@ def bench_projection(quick: bool):
 def host_overhead(run):
   """Python/dispatch time of one compiled chunk call against its device time."""
   from lasp_jax import steps  # pylint: disable=g-import-not-at-top
-  from lasp_jax.train import training_pool  # pylint: disable=g-import-not-at-top
+  from lasp_jax.pools import training_pool  # pylint: disable=g-import-not-at-top
   pool = training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, run.config.train.batch_size, run.config.train.steps_per_call,
                           np.random.default_rng(0))

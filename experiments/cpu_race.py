@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 
 from experiments import roofline
-from lasp_jax import steps, train
+from lasp_jax import pools, steps, train
 
 NETS = {"mnistnet": "configs/rmnist.py", "resnet18": "configs/cifar10.py"}
 
@@ -62,7 +62,7 @@ def race_chunk(net: str, batch: int, steps_per_call: int, **overrides):
   c = race_config(net, batch, steps_per_call)
   c.update(overrides)
   run = train.ContinualRun(c, tempfile.mkdtemp())
-  pool = train.training_pool(run.stream, run.memory, 0)
+  pool = pools.training_pool(run.stream, run.memory, 0)
   chunk = steps.Batch(*[jax.device_put(f[0], run.batch_sharding)
                         for f in steps.epoch_batches(pool, batch, steps_per_call, np.random.default_rng(0))])
   if not bool(jnp.all(chunk.valid)):

@@ -21,7 +21,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import steps, train
+from lasp_jax import pools, steps, train
 from lasp_jax.data import augment
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/mnist5k.py", "Run configuration.", lock_config=True)
@@ -44,7 +44,7 @@ def main(argv):
   c.progress = False
   run = train.ContinualRun(c, tempfile.mkdtemp())
   spc, b = c.train.steps_per_call, c.train.batch_size
-  pool = train.training_pool(run.stream, run.memory, 0)
+  pool = pools.training_pool(run.stream, run.memory, 0)
   chunk = steps.Batch(*[jnp.asarray(f[0]) for f in steps.epoch_batches(pool, b, spc, np.random.default_rng(0))])
   mask, lrs = jnp.ones(run.config.model.embedding_dim, bool), jnp.full((spc,), 0.01)
   past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))

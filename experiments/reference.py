@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import pathlib
 import re
-import statistics
 
 from absl import app, flags, logging
 

@@ -131,3 +131,48 @@ def run_pictures(results: dict, workdir) -> list[pathlib.Path]:
   accuracy_matrices(results, paths[0])
   training_curves(results, paths[1])
   return paths
+
+
+def results(config, stream, host: dict, *, wall_time_s: float) -> dict:
+  """The results.json of a run from its host state: accuracy matrices and their summaries, curves, boundaries,
+  health, baselines, timing, provenance."""
+  from lasp_jax import config_lib, health, metrics, provenance  # pylint: disable=g-import-not-at-top
+  c, s, h = config, stream, host
+  acc = {n: metrics.from_json_matrix(rows) for n, rows in h["acc"].items()}
+  last = s.num_tasks - 1
+  return {
+      "dataset": c.dataset, "method": c.method, "scenario": s.scenario, "seed": c.seed,
+      "num_tasks": s.num_tasks, "memory_size": c.memory.size, "embedding_dim": c.model.embedding_dim,
+      "srs_data": c.lasp.srs_data, "config_hash": config_lib.config_hash(c),
+      "acc_matrix": {n: metrics.to_json_matrix(a) for n, a in acc.items()},
+      "final": {n: h["overall"][n][last] for n in acc},
+      "avg_accuracy": {n: metrics.average_accuracy(a) for n, a in acc.items()},
+      "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
+      "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
+      "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
+      "health": health.record(health.Flag(**f) for f in h.get("health", [])),
+      "extra": h.get("extra", []), "baselines": h.get("baselines", {}), "timing": h.get("timing", {}),
+      "wall_time_s": round(wall_time_s, 2),
+      "provenance": provenance.provenance(),
+  }
+
+
+def summary(results: dict) -> str:
+  """The compact end-of-run table: accuracy matrices and final figures."""
+  from lasp_jax import metrics  # pylint: disable=g-import-not-at-top
+  lines = []
+  for name, rows in results["acc_matrix"].items():
+    lines.append(metrics.format_matrix(name, metrics.from_json_matrix(rows)))
+  for name, v in results["final"].items():
+    f, b = results["forgetting"][name], results["bwt"][name]
+    lines.append(f"final {name}: {v:.2f}%  forgetting: {'-' if f is None else f'{f:.2f}'}  "
+                 f"bwt: {'-' if b is None else f'{b:.2f}'}")
+  for name, accs in results.get("baselines", {}).items():
+    lines.append(f"baseline {name} (converged linear classifier on the final probe's data): " +
+                 ", ".join(f"{m} {v:.2f}%" for m, v in accs.items()))
+  h = results.get("health")
+  if h is not None:
+    lines.append("health: ok (every task trained)" if h["ok"] else
+                 f"health: FLAGGED ({', '.join(h['checks'])}; {len(h['flags'])} flags in results.json)")
+  lines.append(f"wall time: {results['wall_time_s']:.1f} s")
+  return "\n".join(lines)

@@ -31,7 +31,8 @@ import numpy as np
 from lasp_jax import config_lib, health
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
-from lasp_jax.train import ContinualRun, checkpoint_due, pad_lrs
+from lasp_jax.steps import checkpoint_due, pad_lrs
+from lasp_jax.train import ContinualRun
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 

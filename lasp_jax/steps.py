@@ -203,3 +203,42 @@ def epoch_batches(pool: Batch, batch_size: int, steps_per_call: int, rng: np.ran
 
 def num_steps(pool_size: int, batch_size: int) -> int:
   return -(-pool_size // batch_size)
+
+
+# ------------------------------------------------------------------------------ host side of the chunks
+
+def pad_lrs(lrs: np.ndarray, steps: int) -> jax.Array:
+  """A chunk's learning rates, zero-padded to its ``steps`` (the padded steps do not run)."""
+  return jnp.asarray(np.pad(lrs, (0, steps - len(lrs))))
+
+
+COLUMN = {name: i for i, name in enumerate(METRICS)}  # a metric's column in the step metrics
+
+
+# Column layouts of step metrics saved by earlier versions (a partial epoch in a checkpoint still resumes).
+_OLD_METRICS = {4: ("loss", "supcon", "ird", "num_valid"),
+                6: ("loss", "supcon", "ird", "z_norm", "grad_norm", "num_valid")}
+
+
+def step_metrics(rows) -> np.ndarray:
+  """Step metrics as a (steps, len(METRICS)) array; a column an older checkpoint lacks is NaN."""
+  a = np.asarray(rows, np.float32)
+  width = a.shape[-1] if a.size else len(METRICS)
+  if width != len(METRICS):
+    old = a.reshape(-1, width)
+    a = np.full((len(old), len(METRICS)), np.nan, np.float32)
+    for i, name in enumerate(_OLD_METRICS[width]):
+      a[:, COLUMN[name]] = old[:, i]
+  return a.reshape(-1, len(METRICS))
+
+
+def describe_step(m: np.ndarray, i: int) -> str:
+  """Step i's losses and norms, for an error message."""
+  row = dict(zip(METRICS, m[i]))
+  return ", ".join(f"{k} {row[k]:.4g}" for k in ("supcon", "ird", "z_norm", "grad_norm"))
+
+
+def checkpoint_due(chunk_lrs, k: int, every: int) -> bool:
+  """Whether chunk k of an epoch (chunks of unequal length) crosses a multiple of ``every`` steps."""
+  done = sum(len(x) for x in chunk_lrs[:k + 1])
+  return done % every < len(chunk_lrs[k])

@@ -25,13 +25,13 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from lasp_jax import (checkpoint, config_lib, cpu_kernels, health, lookahead, memory as memory_lib, metrics, modulation,
-                      probe, progress, provenance)
+from lasp_jax import (checkpoint, config_lib, cpu_kernels, evaluate, health, lookahead, memory as memory_lib, modulation,
+                      pools, probe, progress, provenance, report, steps)
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
-from lasp_jax.steps import (METRICS, Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn,
-                            num_steps, past_model)
+from lasp_jax.steps import (Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn, num_steps,
+                            past_model)
 from lasp_jax.train_state import TrainState, create_train_state, lr_schedule, make_optimizer, schedule_values
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -82,72 +82,6 @@ def loss_config(config, stream) -> LossConfig:
                     temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
                     selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
                     domain_classes=stream.contrastive_offset)
-
-
-def probe_config(config) -> probe.ProbeConfig:
-  e = config.eval
-  return probe.ProbeConfig(epochs=e.epochs, lr=e.lr, batch_size=e.batch_size, augment=e.augment,
-                           select_best_on_test=e.select_best_on_test, standardize=e.standardize,
-                           decay_epochs=tuple(e.get("decay_epochs", ())))
-
-
-def task_pool(stream, t: int) -> Batch:
-  """Task t's own training samples, all current."""
-  own = stream.train_indices(t).astype(np.int32)
-  n = len(own)
-  return Batch(own, np.full(n, stream.task_domain(t), np.int32), np.ones(n, bool), np.ones(n, bool))
-
-
-def concat_pools(*pools: Batch) -> Batch:
-  return Batch(*[np.concatenate(parts) for parts in zip(*pools)])
-
-
-def training_pool(stream, memory: memory_lib.Memory, t: int) -> Batch:
-  """Task t's own samples (current) followed by the memory (past)."""
-  return concat_pools(task_pool(stream, t), memory_pool(stream, memory))
-
-
-def memory_pool(stream, memory) -> Batch:
-  """The memory's samples (past), each at its own domain."""
-  n = len(memory)
-  return Batch(memory.indices.astype(np.int32), stream.memory_domains(memory).astype(np.int32), np.zeros(n, bool),
-               np.ones(n, bool))
-
-
-def pad_lrs(lrs: np.ndarray, steps: int) -> jax.Array:
-  """A chunk's learning rates, zero-padded to its ``steps`` (the padded steps do not run)."""
-  return jnp.asarray(np.pad(lrs, (0, steps - len(lrs))))
-
-
-_COL = {name: i for i, name in enumerate(METRICS)}
-
-
-# Column layouts of step metrics saved by earlier versions (a partial epoch in a checkpoint still resumes).
-_OLD_METRICS = {4: ("loss", "supcon", "ird", "num_valid"),
-                6: ("loss", "supcon", "ird", "z_norm", "grad_norm", "num_valid")}
-
-
-def step_metrics(rows) -> np.ndarray:
-  """Step metrics as a (steps, len(METRICS)) array; a column an older checkpoint lacks is NaN."""
-  a = np.asarray(rows, np.float32)
-  width = a.shape[-1] if a.size else len(METRICS)
-  if width != len(METRICS):
-    old = a.reshape(-1, width)
-    a = np.full((len(old), len(METRICS)), np.nan, np.float32)
-    for i, name in enumerate(_OLD_METRICS[width]):
-      a[:, _COL[name]] = old[:, i]
-  return a.reshape(-1, len(METRICS))
-
-
-def _describe(m: np.ndarray, i: int) -> str:
-  row = dict(zip(METRICS, m[i]))
-  return ", ".join(f"{k} {row[k]:.4g}" for k in ("supcon", "ird", "z_norm", "grad_norm"))
-
-
-def checkpoint_due(chunk_lrs, k: int, every: int) -> bool:
-  """Whether chunk k of an epoch (chunks of unequal length) crosses a multiple of ``every`` steps."""
-  done = sum(len(x) for x in chunk_lrs[:k + 1])
-  return done % every < len(chunk_lrs[k])
 
 
 # ------------------------------------------------------------------------------ the run
@@ -266,7 +200,7 @@ class ContinualRun:
     if not (config_lib.uses_sd(c) or config_lib.uses_gm(c)):
       return
     rng = np.random.default_rng([c.seed, t, 0x5253])
-    rows = lookahead.lookahead_rows(training_pool(s, mem, t), memory_pool(s, mem), c.lasp.srs_data,
+    rows = lookahead.lookahead_rows(pools.training_pool(s, mem, t), pools.memory_pool(s, mem), c.lasp.srs_data,
                                     c.train.batch_size, rng)
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
     res = lookahead.boundary(key, self.model, self.state.variables(), self.data, jax.tree.map(jnp.asarray, rows),
@@ -286,21 +220,8 @@ class ContinualRun:
     return self.config.train.epochs_first if t == 0 else self.config.train.epochs
 
   def train_pool(self, t: int) -> tuple[Batch, int]:
-    """Task t's training pool as the method defines it, and the samples of one epoch.
-
-    Replay methods: the task's data + the memory. finetune: the task's data only
-    (the memory is kept for the probe). joint: every task <= t's data, an epoch
-    drawing as many samples as a replay method's epoch (same step budget).
-    """
-    spec, s = config_lib.method(self.config), self.stream
-    if spec.replay:
-      pool = training_pool(s, self.memory, t)
-      return pool, len(pool.index)
-    own = task_pool(s, t)
-    if not spec.cumulative:
-      return own, len(own.index)
-    pool = concat_pools(*[task_pool(s, j) for j in range(t + 1)])
-    return pool, min(len(pool.index), len(own.index) + len(self.memory))
+    """Task t's training pool as the method defines it, and the samples of one epoch (pools.method_pool)."""
+    return pools.method_pool(config_lib.method(self.config), self.stream, self.memory, t)
 
   def task_plan(self, t: int) -> dict:
     """What training task t needs before its first epoch: pool, epoch size, the lr of every step, mask."""
@@ -336,7 +257,7 @@ class ContinualRun:
 
   def epoch_start(self) -> tuple[float, list]:
     """Clock and metric list of an epoch; the metrics of chunks run before an interruption come from the checkpoint."""
-    return time.perf_counter(), [step_metrics(self.host["progress"].get("partial", []))]
+    return time.perf_counter(), [steps.step_metrics(self.host["progress"].get("partial", []))]
 
   def end_epoch(self, t: int, e: int, plan: dict, outs, t0: float, bar) -> None:
     spe, lrs = plan["spe"], plan["lrs"]
@@ -378,10 +299,10 @@ class ContinualRun:
       for k in range(prog["call"], calls):
         chunk = jax.device_put(chunks[k], self.batch_sharding)
         self.state, m = self.chunk_fn(self.state, self.past, plan["mask"], self.data, chunk,
-                                      pad_lrs(lr_e[k], c.train.steps_per_call))
+                                      steps.pad_lrs(lr_e[k], c.train.steps_per_call))
         outs.append(m)
         every = c.train.checkpoint_every_steps
-        if every and k + 1 < calls and checkpoint_due(lr_e, k, every):
+        if every and k + 1 < calls and steps.checkpoint_due(lr_e, k, every):
           self.save_mid_epoch(t, e, k, outs)
           fault_point(f"step:{t}:{e}:{k + 1}")
       self.end_epoch(t, e, plan, outs, t0, bar)
@@ -396,22 +317,22 @@ class ContinualRun:
 
   def _check_finite(self, outs, t, e, first_step):
     """All step metrics of the epoch so far; raises at the first non-finite loss."""
-    m = np.concatenate([step_metrics(o) for o in outs])
-    bad = np.flatnonzero(~np.isfinite(m[:, _COL["loss"]]))
+    m = np.concatenate([steps.step_metrics(o) for o in outs])
+    bad = np.flatnonzero(~np.isfinite(m[:, steps.COLUMN["loss"]]))
     if bad.size:
       i = int(bad[0])
       raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {first_step + i + 1} of the epoch "
-                          f"({_describe(m, i)}; the step before: {_describe(m, i - 1) if i else 'none this epoch'}); "
+                          f"({steps.describe_step(m, i)}; the step before: {steps.describe_step(m, i - 1) if i else 'none this epoch'}); "
                           f"last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
     return m
 
   def _end_epoch(self, t, e, outs, prog, lr, start, bar):
     t0, n_before = start
     m = self._check_finite(outs, t, e, 0)  # waits for the device: the rate below is real
-    n = m[:, _COL["num_valid"]]
+    n = m[:, steps.COLUMN["num_valid"]]
     rate = n[n_before:].sum() / max(time.perf_counter() - t0, 1e-9)
     m, n = m[n > 0], n[n > 0]
-    means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in _COL.items() if k != "num_valid"}
+    means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
     self.host["curves"].append({"task": t, "epoch": e + 1, **means, "lr": float(lr)})
     prog["epoch"], prog["call"], prog["partial"] = e + 1, 0, []
     bar.update(1)
@@ -423,40 +344,15 @@ class ContinualRun:
 
   # ---------------------------------------------------------------- evaluation
   def probe_data(self, t: int) -> probe.ProbeData:
-    """Task t's data + memory for training, every seen task's test set; padded."""
-    s, mem = self.stream, self.memory
-    pool = training_pool(s, mem, t)
-    labels = s.train_labels[pool.index]
-    group = s.probe_groups(pool.domain, labels)
-    weight = (1.0 / np.bincount(group)[group]).astype(np.float32)
-    rows = max(len(s.train_indices(j)) for j in range(s.num_tasks)) + self.config.memory.size
-    pad = lambda a, v=0: np.concatenate([a, np.full(rows - len(a), v, a.dtype)])
-    test_idx, test_task, test_dom, test_rows = s.probe_tests(t)
-    tpad = lambda a, v: np.concatenate([a, np.full(test_rows - len(a), v, np.int64)])
-    test_idx, test_dom = tpad(test_idx, 0), tpad(test_dom, 0)
-    feats = probe.extract_features(self.model, self.state.variables(), self.test_data, test_idx, test_dom,
-                                   self.aug_cfg)
-    return probe.ProbeData(jnp.asarray(pad(pool.index)), jnp.asarray(pad(pool.domain)),
-                           jnp.asarray(pad(labels)), jnp.asarray(pad(weight)), jnp.asarray(pad(pool.is_current)), feats,
-                           jnp.asarray(s.test_labels[test_idx]),
-                           jnp.asarray(tpad(test_task, s.num_tasks), jnp.int32), jnp.asarray(test_idx, jnp.int32),
-                           jnp.asarray(test_dom, jnp.int32))
+    return evaluate.probe_data(self, t)
 
   def readout_kwargs(self) -> dict:
-    """The stream's settings that every read-out (SGD probe, L-BFGS, raw pixels) takes."""
-    return dict(aug_cfg=self.aug_cfg, layout=probe.Layout.of(self.stream))
+    return evaluate.readout_kwargs(self)
 
   def evaluate(self, t: int) -> probe.ProbeData:
-    """The probe after task t; returns its data (rows, test features) for the raw-pixel baseline."""
-    key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), 104729 + t)
+    """The read-out ``eval.probe`` names, after task t; returns its data for the raw-pixel baseline."""
     pd = self.probe_data(t)
-    kw = self.readout_kwargs()
-    if self.config.eval.probe == "lbfgs":
-      res = probe.linear_readout(self.model, self.state.variables(), self.data, self.test_data, pd, kind="encoder",
-                                 **kw)
-    else:
-      res = probe.run_probe(key, self.model, self.state.variables(), self.data, pd, cfg=probe_config(self.config),
-                            **kw)
+    res = evaluate.EVALUATORS[self.config.eval.probe](self, t, pd)
     for name, row in res.per_task.items():
       self.host["acc"][name][t] = [None if not np.isfinite(v) else float(v) for v in row]
       self.host["overall"][name][t] = res.overall[name]
@@ -466,10 +362,7 @@ class ContinualRun:
     return pd
 
   def raw_pixel_baseline(self, t: int, pd: probe.ProbeData) -> None:
-    """The converged linear classifier on raw pixels, on the probe's rows (``eval.raw_pixels``)."""
-    pixels = probe.linear_readout(self.model, self.state.variables(), self.data, self.test_data, pd, kind="pixels",
-                                  **self.readout_kwargs())
-    self.host["baselines"] = {"raw_pixels": pixels.overall}
+    self.host["baselines"] = {"raw_pixels": evaluate.raw_pixels(self, t, pd)}
 
   # ---------------------------------------------------------------- driver
   def _timed(self, phase: str, fn, t: int):
@@ -544,24 +437,8 @@ class ContinualRun:
     return self.finish()
 
   def results(self) -> dict:
-    c, s, h = self.config, self.stream, self.host
-    acc = {n: metrics.from_json_matrix(rows) for n, rows in h["acc"].items()}
-    last = s.num_tasks - 1
-    return {
-        "dataset": c.dataset, "method": c.method, "scenario": s.scenario, "seed": c.seed,
-        "num_tasks": s.num_tasks, "memory_size": c.memory.size, "embedding_dim": c.model.embedding_dim,
-        "srs_data": c.lasp.srs_data, "config_hash": config_lib.config_hash(c),
-        "acc_matrix": {n: metrics.to_json_matrix(a) for n, a in acc.items()},
-        "final": {n: h["overall"][n][last] for n in acc},
-        "avg_accuracy": {n: metrics.average_accuracy(a) for n, a in acc.items()},
-        "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
-        "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
-        "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
-        "health": health.record(health.Flag(**f) for f in h.get("health", [])),
-        "extra": h.get("extra", []), "baselines": h.get("baselines", {}), "timing": h.get("timing", {}),
-        "wall_time_s": round(h["wall_time_s"] + time.perf_counter() - self._t_start, 2),
-        "provenance": provenance.provenance(),
-    }
+    wall = self.host["wall_time_s"] + time.perf_counter() - self._t_start
+    return report.results(self.config, self.stream, self.host, wall_time_s=wall)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
@@ -573,21 +450,4 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   return ContinualRun(config, workdir).run()
 
 
-def summary(results: dict) -> str:
-  """The compact end-of-run table: accuracy matrices and final figures."""
-  lines = []
-  for name, rows in results["acc_matrix"].items():
-    lines.append(metrics.format_matrix(name, metrics.from_json_matrix(rows)))
-  for name, v in results["final"].items():
-    f, b = results["forgetting"][name], results["bwt"][name]
-    lines.append(f"final {name}: {v:.2f}%  forgetting: {'-' if f is None else f'{f:.2f}'}  "
-                 f"bwt: {'-' if b is None else f'{b:.2f}'}")
-  for name, accs in results.get("baselines", {}).items():
-    lines.append(f"baseline {name} (converged linear classifier on the final probe's data): " +
-                 ", ".join(f"{m} {v:.2f}%" for m, v in accs.items()))
-  h = results.get("health")
-  if h is not None:
-    lines.append("health: ok (every task trained)" if h["ok"] else
-                 f"health: FLAGGED ({', '.join(h['checks'])}; {len(h['flags'])} flags in results.json)")
-  lines.append(f"wall time: {results['wall_time_s']:.1f} s")
-  return "\n".join(lines)
+summary = report.summary  # the end-of-run text (main.py)

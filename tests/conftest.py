@@ -110,8 +110,8 @@ def placed_chunk(run, steps_per_call=1):
   ``ContinualRun.train_task`` places them: a chunk of the run's own length is then the program its runs
   compiled (arrays placed otherwise give another program, ~6 s to compile here)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from lasp_jax import steps, train  # pylint: disable=g-import-not-at-top
-  pool = train.training_pool(run.stream, run.memory, 0)
+  from lasp_jax import pools, steps  # pylint: disable=g-import-not-at-top
+  pool = pools.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, run.config.train.batch_size, steps_per_call, np.random.default_rng(0))
   chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
   return chunk, jax.device_put(past_model(run), run.replicated)

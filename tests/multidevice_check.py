@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import lookahead, seeds, train
+from lasp_jax import lookahead, pools, seeds, train
 from lasp_jax.steps import Batch
 from tests.conftest import past_model, placed_chunk, tiny_config
 
@@ -57,7 +57,7 @@ def run_on(devices, workdir, reference_state=None):
   """Trains one chunk; then (from ``reference_state`` if given, so that both meshes
   start from identical weights) runs the mask search, EB and the probe."""
   run = check_run(devices, workdir)
-  pool = train.training_pool(run.stream, run.memory, 0)
+  pool = pools.training_pool(run.stream, run.memory, 0)
   state, metrics = train_chunk(devices, workdir, run)
   trained = jax.tree.map(np.asarray, state)
   # The search (lr 100, 50 steps) amplifies float-rounding differences of the

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lasp_jax import cpu_kernels, train
+from lasp_jax import cpu_kernels, steps, train
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2
 from tests.conftest import init, placed_chunk, randn, two_tasks
@@ -105,7 +105,7 @@ def test_train_chunk_has_only_canonical_convolutions():
   run = train.ContinualRun(two_tasks(method="co2l"), tempfile.mkdtemp())
   chunk, _ = placed_chunk(run)
   hlo = run.chunk_fn.lower(run.state, None, jnp.ones(run.config.model.embedding_dim, bool), run.data, chunk,
-                           train.pad_lrs([0.05], 1)).compile().as_text()
+                           steps.pad_lrs([0.05], 1)).compile().as_text()
   labels = re.findall(r"dim_labels=([^,\s]+)", hlo)
   # conv2's forward and weight gradient; its input gradient is col2im and conv1 (one input channel) a matmul
   # (conv.py).

@@ -4,7 +4,7 @@ which rows each look-ahead setting searches."""
 import numpy as np
 import pytest
 
-from lasp_jax import lookahead, steps, train
+from lasp_jax import lookahead, pools, steps, train
 from tests.conftest import tiny_config
 
 
@@ -30,7 +30,7 @@ def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_dom
     run._set_memory(mem)  # pylint: disable=protected-access
   mem = run.memory
   assert set(np.unique(mem.tasks)) == {0, 1}  # both earlier domains are in the memory
-  pool = train.training_pool(run.stream, mem, 2)
+  pool = pools.training_pool(run.stream, mem, 2)
   n_task = len(run.stream.train_indices(2))
   # The task's own rows are at domain 2 and current; the memory's at the domain each sample was stored from.
   np.testing.assert_array_equal(pool.domain[:n_task], 2)
@@ -49,7 +49,7 @@ def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_dom
 def test_each_lookahead_setting_selects_its_rows(tmp_path, srs):
   run = _run(tmp_path)
   mem = run.stream.update_memory(run.memory, task=1, capacity=60, seed=0)
-  pool, mem_pool = train.training_pool(run.stream, mem, 1), train.memory_pool(run.stream, mem)
+  pool, mem_pool = pools.training_pool(run.stream, mem, 1), pools.memory_pool(run.stream, mem)
   rows = lookahead.lookahead_rows(pool, mem_pool, srs, 64, np.random.default_rng(0))
   valid = rows.valid.astype(bool)
   current, domains = rows.is_current[valid].astype(bool), rows.domain[valid]

@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from lasp_jax import metrics, probe, train
+from lasp_jax import evaluate, metrics, probe, train
 from tests.conftest import init, tiny_config
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
@@ -57,7 +57,7 @@ def trained_run(tmp_path_factory):
 
 
 def _probe(run, **changes):
-  cfg = dataclasses.replace(train.probe_config(run.config), **changes)
+  cfg = dataclasses.replace(evaluate.probe_config(run.config), **changes)
   return probe.run_probe(jax.random.PRNGKey(0), run.model, run.state.variables(), run.data, run.probe_data(1),
                          cfg=cfg, **run.readout_kwargs())
 
@@ -66,7 +66,7 @@ def test_select_best_on_test_takes_the_best_epoch(trained_run):
   """At lr 3 on cached features the probe's Class-IL peaks before its last epoch (measured: epoch 1 of 0-3): the
   published switch must return that epoch, the default the last."""
   changes = dict(lr=3.0, augment=False)
-  cfg = dataclasses.replace(train.probe_config(trained_run.config), **changes)
+  cfg = dataclasses.replace(evaluate.probe_config(trained_run.config), **changes)
   curves = probe.probe_curves(jax.random.PRNGKey(0), trained_run.model, trained_run.state.variables(),
                               trained_run.data, trained_run.probe_data(1), cfg=cfg, **trained_run.readout_kwargs())
   curve = curves["class_il"][1]

@@ -155,7 +155,7 @@ def test_sd_with_every_dim_selected_equals_co2l():
     # IRD at Co2L's weight for both (SD's published default is 5); Co2L's step is the program its run compiled.
     run, chunk, past = _step_setup(method, **{"train.ird_weight": 1.0})
     d = run.config.model.embedding_dim
-    state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, train.pad_lrs([0.05], 1))
+    state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, steps.pad_lrs([0.05], 1))
     outs.append((state.params, m))
   np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5)
   # The subset's renormalization rounds differently from the full norm (~1e-7); BatchNorm's batch statistics
@@ -167,9 +167,9 @@ def test_a_two_dim_mask_changes_the_sd_step():
   run, chunk, past = _step_setup("sd", **{"train.ird_weight": 1.0})
   d = run.config.model.embedding_dim
   two = jnp.zeros(d, bool).at[:2].set(True)
-  ms = [run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, mask, run.data, chunk, train.pad_lrs([0.05], 1))[1]
+  ms = [run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, mask, run.data, chunk, steps.pad_lrs([0.05], 1))[1]
         for mask in (jnp.ones(d, bool), two)]
-  ird = train._COL["ird"]  # pylint: disable=protected-access
+  ird = steps.COLUMN["ird"]  # pylint: disable=protected-access
   assert abs(float(ms[0][0, ird]) - float(ms[1][0, ird])) > 1e-3 * float(ms[0][0, ird])
 
 
@@ -260,8 +260,8 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
 
 def test_checkpoint_points_with_unequal_chunks():
   lens = [np.zeros(n) for n in (4, 4, 1, 1)]
-  assert [train.checkpoint_due(lens, k, 4) for k in range(4)] == [True, True, False, False]
-  assert [train.checkpoint_due(lens, k, 5) for k in range(4)] == [False, True, False, True]
+  assert [steps.checkpoint_due(lens, k, 4) for k in range(4)] == [True, True, False, False]
+  assert [steps.checkpoint_due(lens, k, 5) for k in range(4)] == [False, True, False, True]
 
 
 def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
@@ -277,7 +277,7 @@ def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
   flat = np.concatenate([ch.index[ch.valid] for ch in chunks])
   assert len(flat) == plan["per_epoch"] == len(set(flat.tolist()))
   np.testing.assert_array_equal(np.concatenate(lrs), plan["lrs"][:spe])
-  np.testing.assert_array_equal(train.pad_lrs(lrs[-1], 5), np.r_[lrs[-1], np.zeros(5 - spe % 5)])
+  np.testing.assert_array_equal(steps.pad_lrs(lrs[-1], 5), np.r_[lrs[-1], np.zeros(5 - spe % 5)])
 
 
 def test_a_chunks_padded_tail_steps_do_not_run():
@@ -292,7 +292,7 @@ def test_a_chunks_padded_tail_steps_do_not_run():
   m2 = []
   for i, lr in enumerate([0.05, 0.04]):  # the tiny config's one-step chunk: test_every_method_runs compiled it
     one = jax.device_put(steps.Batch(*[f[i:i + 1] for f in two]), run.batch_sharding)
-    s2, m = run.chunk_fn(s2, past, jnp.ones(d, bool), run.data, one, train.pad_lrs([lr], 1))
+    s2, m = run.chunk_fn(s2, past, jnp.ones(d, bool), run.data, one, steps.pad_lrs([lr], 1))
     m2.append(m[0])
   assert int(s4.step) == int(s2.step) == 2
   np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)
@@ -303,12 +303,12 @@ def test_a_chunks_padded_tail_steps_do_not_run():
 def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():
   """A mid-epoch checkpoint of older code holds (loss, supcon, ird, num_valid) rows, or those with z_norm and
   grad_norm: the columns it lacks are NaN, the others keep their names."""
-  old = train.step_metrics([[1.0, 2.0, 3.0, 64.0]])
+  old = steps.step_metrics([[1.0, 2.0, 3.0, 64.0]])
   np.testing.assert_array_equal(old, [[1.0, 2.0, 3.0, np.nan, np.nan, np.nan, 64.0]])
-  six = train.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]])
+  six = steps.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]])
   np.testing.assert_array_equal(six, [[1.0, 2.0, 3.0, 0.75, np.nan, 0.5, 64.0]])
-  assert train.step_metrics([]).shape == (0, len(steps.METRICS))
-  np.testing.assert_array_equal(train.step_metrics(np.arange(14.0).reshape(2, 7)), np.arange(14.0).reshape(2, 7))
+  assert steps.step_metrics([]).shape == (0, len(steps.METRICS))
+  np.testing.assert_array_equal(steps.step_metrics(np.arange(14.0).reshape(2, 7)), np.arange(14.0).reshape(2, 7))
 
 
 def _corrupt(step_dir):

@@ -103,13 +103,13 @@ def test_configs_recorded_before_the_switches_existed_still_match():
 def test_the_published_probe_decays_at_absolute_epochs():
   """main_linear_buffer*.py decays at epochs 60, 75 and 90 whatever the epoch count: a 5-epoch published probe
   never decays, lasp_jax's default (fractions of the epochs) does."""
-  from lasp_jax import probe, train  # pylint: disable=import-outside-toplevel
+  from lasp_jax import evaluate, probe  # pylint: disable=import-outside-toplevel
   published = config_lib.resolved(config_lib.override(base_config(), preset="published", **{"eval.epochs": 5}))
-  np.testing.assert_allclose(probe._lr_per_epoch(train.probe_config(published)), [1.0] * 5)
+  np.testing.assert_allclose(probe._lr_per_epoch(evaluate.probe_config(published)), [1.0] * 5)
   default = config_lib.resolved(config_lib.override(base_config(), **{"eval.epochs": 5}))
-  np.testing.assert_allclose(probe._lr_per_epoch(train.probe_config(default)), [1, 1, 1, 0.2, 0.04 * 0.2])
+  np.testing.assert_allclose(probe._lr_per_epoch(evaluate.probe_config(default)), [1, 1, 1, 0.2, 0.04 * 0.2])
   hundred = config_lib.resolved(config_lib.override(base_config(), preset="published"))
-  lrs = probe._lr_per_epoch(train.probe_config(hundred))
+  lrs = probe._lr_per_epoch(evaluate.probe_config(hundred))
   assert lrs[59] == 1.0 and lrs[60] == pytest.approx(0.2) and lrs[90] == pytest.approx(0.008)
 
 

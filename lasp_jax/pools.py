@@ -1,0 +1,52 @@
+"""The samples a task trains on, as :class:`steps.Batch` arrays (index, domain, is_current, valid).
+
+A pool is what an epoch shuffles into batches (``steps.epoch_batches``), what the
+look-ahead search draws its rows from (``lookahead.lookahead_rows``) and what the
+probe trains on (``evaluate.probe_data``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lasp_jax.steps import Batch
+
+
+def task_pool(stream, t: int) -> Batch:
+  """Task t's own training samples, all current."""
+  own = stream.train_indices(t).astype(np.int32)
+  n = len(own)
+  return Batch(own, np.full(n, stream.task_domain(t), np.int32), np.ones(n, bool), np.ones(n, bool))
+
+
+def concat_pools(*pools: Batch) -> Batch:
+  return Batch(*[np.concatenate(parts) for parts in zip(*pools)])
+
+
+def memory_pool(stream, memory) -> Batch:
+  """The memory's samples (past), each at its own domain."""
+  n = len(memory)
+  return Batch(memory.indices.astype(np.int32), stream.memory_domains(memory).astype(np.int32), np.zeros(n, bool),
+               np.ones(n, bool))
+
+
+def training_pool(stream, memory, t: int) -> Batch:
+  """Task t's own samples (current) followed by the memory (past)."""
+  return concat_pools(task_pool(stream, t), memory_pool(stream, memory))
+
+
+def method_pool(spec, stream, memory, t: int) -> tuple[Batch, int]:
+  """Task t's training pool as the method ``spec`` (config_lib.Method) defines it, and the samples of one epoch.
+
+  Replay methods: the task's data + the memory. finetune: the task's data only (the memory is kept for the
+  probe). joint: every task <= t's data, an epoch drawing as many samples as a replay method's epoch (same step
+  budget).
+  """
+  if spec.replay:
+    pool = training_pool(stream, memory, t)
+    return pool, len(pool.index)
+  own = task_pool(stream, t)
+  if not spec.cumulative:
+    return own, len(own.index)
+  pool = concat_pools(*[task_pool(stream, j) for j in range(t + 1)])
+  return pool, min(len(pool.index), len(own.index) + len(memory))

@@ -1,4 +1,4 @@
-"""experiments/benchmark.py keeps what it measured when a later section dies, and never a half-written file."""
+"""perf/benchmark.py keeps what it measured when a later section dies, and never a half-written file."""
 
 import json
 import os
@@ -12,7 +12,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = """
 import sys
 from absl import app
-from experiments import benchmark
+from perf import benchmark
 def die(quick):
   raise SystemExit(3)
 benchmark.bench_projection = die
@@ -32,6 +32,6 @@ def test_a_run_killed_after_a_section_keeps_its_rows_marked_incomplete(tmp_path)
 
 
 def test_race_without_torch_python_is_refused_before_any_section():
-  proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", "--only=aug,cpu_race", "--quick",
+  proc = subprocess.run([sys.executable, "-m", "perf.benchmark", "--only=aug,cpu_race", "--quick",
                          "--out=/nonexistent/dir/b.json"], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2 and "--torch_python" in proc.stderr

@@ -1,9 +1,9 @@
-"""experiments/profile_ops.py reads per-op times out of a jax.profiler trace."""
+"""perf/profile_ops.py reads per-op times out of a jax.profiler trace."""
 
 import jax
 import jax.numpy as jnp
 
-from experiments import profile_ops
+from perf import profile_ops
 
 
 def test_op_times_finds_the_ops_of_a_traced_program(tmp_path):

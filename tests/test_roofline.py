@@ -1,11 +1,11 @@
-"""experiments/roofline.py counts a program's matmul and convolution FLOPs: hand values and invariants."""
+"""perf/roofline.py counts a program's matmul and convolution FLOPs: hand values and invariants."""
 
 import jax
 import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from experiments import cpu_race, roofline
+from perf import cpu_race, roofline
 from lasp_jax import models
 
 

@@ -1,6 +1,6 @@
 """How far a train step is from this machine's matmul rate: its FLOPs, counted from the traced program.
 
-The CPU race (``experiments/cpu_race.py``) reports samples/s; this module turns them into
+The CPU race (``perf/cpu_race.py``) reports samples/s; this module turns them into
 GFLOP/s and into a ceiling: the samples/s a step would reach if every one of its FLOPs ran
 at the rate of a large float32 matmul on this machine, measured in the same run. A target
 ratio above ``ceiling / peer`` cannot be met by any implementation of the same arithmetic.

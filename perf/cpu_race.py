@@ -1,16 +1,16 @@
 """lasp_jax's train step against the same step in PyTorch, in one run on this machine.
 
-    python -m experiments.benchmark --only=cpu_race --torch_python=PY [--race_mnist_batch=256]
+    python -m perf.benchmark --only=cpu_race --torch_python=PY [--race_mnist_batch=256]
 
 For each net (the R-MNIST net at batch 256, ResNet-18 at a CPU-sized batch) it
 times lasp_jax's compiled train step with the past model (two views augmented on
-the device, SupCon + IRD, SGD), then runs ``experiments/torch_cpu_race.py`` under
+the device, SupCon + IRD, SGD), then runs ``perf/torch_cpu_race.py`` under
 ``PY`` twice: the published way (DataLoader workers, PIL transforms) and with the
 images in memory augmented by batched torch ops. The PyTorch processes run one at
 a time after lasp_jax's timing, so neither side shares the two cores with the
 other. Each ratio is lasp_jax samples/s over the faster PyTorch variant.
 
-Beside the ratios, the roofline of each net (``experiments/roofline.py``): GFLOP per sample
+Beside the ratios, the roofline of each net (``perf/roofline.py``): GFLOP per sample
 of the step, each side's GFLOP/s, this machine's float32 matmul rate (``matmul_peak_gflops``,
 measured first) and ``{net}_ratio_ceiling``, the ratio a step running entirely at that rate
 would have against the faster PyTorch variant.
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from experiments import roofline
+from perf import roofline
 from lasp_jax import pools, steps, train
 
 NETS = {"mnistnet": "configs/rmnist.py", "resnet18": "configs/cifar10.py"}
@@ -108,7 +108,7 @@ def step_gflop(net: str, batch: int) -> float:
 
 
 def torch_samples_per_s(python: str, net: str, variant: str, batch: int, steps_n: int) -> dict:
-  cmd = [python, "experiments/torch_cpu_race.py", f"--net={net}", f"--variant={variant}", f"--batch={batch}",
+  cmd = [python, "perf/torch_cpu_race.py", f"--net={net}", f"--variant={variant}", f"--batch={batch}",
          f"--steps={steps_n}", "--warmup=1" if net == "resnet18" else "--warmup=2"]
   out = subprocess.run(cmd, capture_output=True, text=True, check=False)
   if out.returncode != 0:
@@ -123,7 +123,7 @@ def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quic
     plan = {"mnistnet": (32, 2, 2), "resnet18": (4, 1, 1)}
   rows, summary = [], {}
   # This machine's ceiling, measured in the same run: a step whose every FLOP ran at the rate of a
-  # 2048^3 float32 matmul (experiments/roofline.py). A ratio target above {net}_ratio_ceiling cannot be met.
+  # 2048^3 float32 matmul (perf/roofline.py). A ratio target above {net}_ratio_ceiling cannot be met.
   peak = summary["matmul_peak_gflops"] = round(roofline.matmul_peak_gflops(), 1)
   for net, (batch, torch_steps, spc) in plan.items():
     jax_sps = batch / jax_step_seconds(net, batch, spc, repeats=3 if net == "mnistnet" else 2)

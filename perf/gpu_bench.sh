@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-call benchmark on a GPU machine (see BENCHMARKS.md). Parts run in priority order,
 # each in its own process under its own time limit, so one failure or overrun leaves the rest.
-#   OUT=/some/dir [BUDGET=560] [LASP_GOLDEN_DIR=.golden] bash experiments/gpu_bench.sh
+#   OUT=/some/dir [BUDGET=560] [LASP_GOLDEN_DIR=.golden] bash perf/gpu_bench.sh
 # Missing pure-Python packages travel as wheels in .whl/ (ml-collections, mlxtend, tensorboardX). With
 # LASP_GOLDEN_DIR set (the goldens copied into a carried folder: ../shared does not travel), the precision-
 # sensitive golden tests run on the GPU too (XLA:GPU's TF32 default once broke them; see BENCHMARKS.md).
@@ -11,13 +11,13 @@ set -u
 OUT=${OUT:-/tmp/gpu_bench}
 source "$(dirname "$0")/gpu_common.sh"
 { nvidia-smi -L; python3 -c "import jax, flax, optax, orbax.checkpoint as o; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'orbax', o.__version__, jax.devices())"; } >>"$log" 2>&1
-part core 200 python3 -m experiments.benchmark --only=step,search,eb,aug --repeats=5 --out="$OUT/core.json"
-part torch 90 python3 -m experiments.torch_reference --out="$OUT/torch.json"
+part core 200 python3 -m perf.benchmark --only=step,search,eb,aug --repeats=5 --out="$OUT/core.json"
+part torch 90 python3 -m perf.torch_reference --out="$OUT/torch.json"
 if [ -n "${LASP_GOLDEN_DIR:-}" ]; then
   part tests 180 python3 -m pytest -v -p no:cacheprovider tests/test_losses.py tests/test_mask_search.py \
     tests/test_salience.py tests/test_numerics.py tests/test_precision.py
 fi
-part projection_fp32 220 python3 -m experiments.benchmark --only=projection --out="$OUT/proj_fp32.json"
-part task 100 python3 -m experiments.benchmark --only=task --out="$OUT/task.json"
-part projection_bf16 200 python3 -m experiments.benchmark --only=projection --projection_dtype=bfloat16 --out="$OUT/proj_bf16.json"
+part projection_fp32 220 python3 -m perf.benchmark --only=projection --out="$OUT/proj_fp32.json"
+part task 100 python3 -m perf.benchmark --only=task --out="$OUT/task.json"
+part projection_bf16 200 python3 -m perf.benchmark --only=projection --projection_dtype=bfloat16 --out="$OUT/proj_bf16.json"
 grep -h -A12 "^device:" "$log" | grep -v "^===" || true

@@ -1,6 +1,6 @@
 """Benchmark suite: prints a table and writes JSON (component, shapes, device, median time).
 
-    python -m experiments.benchmark [--quick] [--batch=512] [--eb_images=1024] [--out=BENCHMARKS.json]
+    python -m perf.benchmark [--quick] [--batch=512] [--eb_images=1024] [--out=BENCHMARKS.json]
 
 Components: ResNet-18 train step (SupCon + IRD, two views) in float32 and bfloat16;
 the mask search for K in {1, 32, 300} (N = 1,024, D = 128, 50 steps); EB salience of
@@ -249,7 +249,7 @@ def bench_dtypes(repeats):
   large matmul (does this CPU's matmul have a fast bf16 path, e.g. AMX?). The matmuls run last, a
   precaution against heavy AMX use lowering the clock for the next rows; no such effect was shown here:
   the same float32 step measured 156-217 ms in four runs of one afternoon whatever ran before it."""
-  from experiments import cpu_race  # pylint: disable=g-import-not-at-top
+  from perf import cpu_race  # pylint: disable=g-import-not-at-top
   rows = []
   for dt in ("float32", "bfloat16"):
     s = cpu_race.jax_step_seconds("mnistnet", 256, 4, repeats, compute_dtype=dt)
@@ -291,7 +291,7 @@ def main(argv):
   race = {}
 
   def run_race():
-    from experiments import cpu_race  # pylint: disable=g-import-not-at-top
+    from perf import cpu_race  # pylint: disable=g-import-not-at-top
     race_rows, summary = cpu_race.race(FLAGS.torch_python, quick=FLAGS.quick)
     race.update(summary)
     return race_rows

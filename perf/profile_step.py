@@ -1,6 +1,6 @@
 """Where the train step's time goes, per part, on this machine: one line per part.
 
-    python -m experiments.profile_step [--config=configs/mnist5k.py] [--config.model.batch_norm=False]
+    python -m perf.profile_step [--config=configs/mnist5k.py] [--config.model.batch_norm=False]
 
 Times (median of --repeats calls after a compile call) of: the whole compiled step
 without and with the past model (a chunk of ``train.steps_per_call`` steps, per step),

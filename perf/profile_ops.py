@@ -1,9 +1,9 @@
 """Where a compiled train step's time goes on XLA:CPU, per HLO op kind, from a jax.profiler trace.
 
-    python -m experiments.profile_ops --net=resnet18 [--batch=32] [--steps_per_call=1] [--calls=2]
-    python -m experiments.profile_ops --net=mnistnet --batch=256 --steps_per_call=4
+    python -m perf.profile_ops --net=resnet18 [--batch=32] [--steps_per_call=1] [--calls=2]
+    python -m perf.profile_ops --net=mnistnet --batch=256 --steps_per_call=4
 
-It builds the race's train step (``experiments/cpu_race.py``: the net's paper config
+It builds the race's train step (``perf/cpu_race.py``: the net's paper config
 on random images, Co2L with the past model), compiles and warms it, then traces
 ``--calls`` calls with XLA:CPU's per-op trace events on
 (``--xla_cpu_enable_xprof_traceme``, set here before JAX starts) and prints, per op
@@ -33,7 +33,7 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from experiments import cpu_race  # pylint: disable=g-import-not-at-top,wrong-import-position
+from perf import cpu_race  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _NET = flags.DEFINE_enum("net", "resnet18", list(cpu_race.NETS), "Which race net.")
 _BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).")

@@ -1,6 +1,6 @@
-"""The PyTorch side of ``python -m experiments.benchmark --only=cpu_race``: one Co2L train step, timed.
+"""The PyTorch side of ``python -m perf.benchmark --only=cpu_race``: one Co2L train step, timed.
 
-    PY experiments/torch_cpu_race.py --net=mnistnet --batch=256 --variant=loader [--steps=8]
+    PY perf/torch_cpu_race.py --net=mnistnet --batch=256 --variant=loader [--steps=8]
 
 Run with a python that has torch and torchvision (the reference runner's venv); the
 project never imports torch. Written for this comparison, from the paper's

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
+import shutil
 import sys
 import tempfile
 
@@ -20,7 +22,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from lasp_jax.errors import TrainingError
+from lasp_jax.errors import ConfigError, TrainingError
 
 
 def write_json_atomic(path, obj) -> None:
@@ -56,8 +58,13 @@ class Checkpointer:
 
   def __init__(self, workdir, max_to_keep: int = 2):
     self.path = pathlib.Path(workdir).absolute() / "checkpoints"
+    self.max_to_keep = max_to_keep
+    self.reopen()
+
+  def reopen(self) -> None:
+    """A manager on ``self.path`` as it is now (after its folder was moved away: an empty one)."""
     self.manager = ocp.CheckpointManager(
-        self.path, options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+        self.path, options=ocp.CheckpointManagerOptions(max_to_keep=self.max_to_keep, create=True))
 
   def latest(self):
     return self.manager.latest_step()
@@ -90,3 +97,58 @@ class Checkpointer:
 
   def close(self):
     self.manager.close()
+
+
+def prepare_workdir(workdir) -> pathlib.Path:
+  """Creates ``workdir`` and checks that it is writable (ConfigError, one line, otherwise)."""
+  path = pathlib.Path(workdir)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+    probe_file = path / ".write_test"
+    probe_file.write_text("ok")
+    probe_file.unlink()
+  except OSError as e:
+    raise ConfigError(f"workdir {str(path)!r} is not writable: {e.strerror}") from None
+  return path
+
+
+def may_resume(ckpt: Checkpointer, workdir: pathlib.Path, config) -> bool:
+  """Whether the run in ``workdir`` resumes from ``ckpt`` under ``config.resume``.
+
+  ``never``: no, and the old run's checkpoints move to checkpoints_replaced/ (one line says so) so that a later
+  default rerun cannot resume them under the new config.json. ``auto``: only checkpoints whose config.json
+  matches the config in everything that changes results (ConfigError naming the keys otherwise; checkpoints
+  without a config.json are refused). ``force``: whatever they are.
+  """
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  if ckpt.latest() is None:
+    return False
+  if config.resume == "never":
+    old = workdir / "checkpoints_replaced"
+    ckpt.close()
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(ckpt.path, old)
+    print(f"resume=never: the workdir's earlier checkpoints moved to {old}", file=sys.stderr)
+    ckpt.reopen()
+    return False
+  if config.resume == "force":
+    return True
+  cfg_path = workdir / "config.json"
+  if not cfg_path.exists():
+    raise ConfigError(f"workdir {str(workdir)!r} has checkpoints but no config.json to check them against; "
+                      f"use another --workdir or --config.resume=force")
+  diff = config_lib.differing_keys(json.loads(cfg_path.read_text()), config_lib.flat(config))
+  if diff:
+    raise ConfigError(f"workdir {str(workdir)!r} holds a run with a different config (differs in: "
+                      f"{', '.join(diff)}); use another --workdir or --config.resume=force")
+  return True
+
+
+def fault_point(name: str) -> None:
+  """Test hook: SIGKILLs this process at the point named by $LASP_FAULT.
+
+  ``LASP_FAULT=probe:1`` dies at the start of the probe after task 1; used by the
+  resume tests to interrupt a run exactly where they want.
+  """
+  if os.environ.get("LASP_FAULT") == name:
+    os.kill(os.getpid(), signal.SIGKILL)

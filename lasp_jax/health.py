@@ -67,6 +67,16 @@ def ird_uniform_value(*, num_valid) -> float:
   return float(np.average(np.log(2 * n[keep] - 1), weights=n[keep])) if keep.any() else math.nan
 
 
+def reference_values(chunks, *, temperature: float, base_temperature: float) -> dict:
+  """An epoch's degenerate reference values from its batches (each with (steps, B) ``valid``/``is_current``)."""
+  valid = np.concatenate([np.asarray(b.valid) for b in chunks])
+  current = np.concatenate([np.asarray(b.is_current) for b in chunks]) & valid
+  n = valid.sum(-1)
+  return {"supcon_const": supcon_constant_value(num_valid=n, num_current=current.sum(-1), temperature=temperature,
+                                                base_temperature=base_temperature),
+          "ird_uniform": ird_uniform_value(num_valid=n)}
+
+
 def _near(value: float, reference: float) -> bool:
   return math.isfinite(value) and math.isfinite(reference) and value >= (1 - NEAR) * reference
 

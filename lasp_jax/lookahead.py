@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import choices, mask_search, salience
+from lasp_jax import choices, config_lib, mask_search, pools, salience
 from lasp_jax.modulation import is_weight_path
 from lasp_jax.data import augment
 from lasp_jax.steps import Batch, DeviceData, LossConfig, contrastive_labels
@@ -111,3 +111,16 @@ def weight_fraction_frozen(gamma) -> float:
   leaves = [l for p, l in jax.tree_util.tree_leaves_with_path(gamma) if is_weight_path(p)]
   total = sum(l.size for l in leaves)
   return float(sum(jnp.sum(l >= 1) for l in leaves) / max(total, 1))
+
+
+def at_boundary(run, t: int, memory) -> BoundaryResult:
+  """The LASP work of a run's boundary before task t: look-ahead rows drawn from the task's pool and the new
+  ``memory`` as ``lasp.srs_data`` says, then :func:`boundary` on the model as it ended task t - 1."""
+  c, s = run.config, run.stream
+  rng = np.random.default_rng([c.seed, t, 0x5253])
+  rows = lookahead_rows(pools.training_pool(s, memory, t), pools.memory_pool(s, memory), c.lasp.srs_data,
+                        c.train.batch_size, rng)
+  key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
+  return boundary(key, run.model, run.state.variables(), run.data, jax.tree.map(jnp.asarray, rows),
+                  aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg, lasp_cfg=c.lasp, num_classes=s.num_contrastive_classes,
+                  need_gamma=config_lib.uses_gm(c), compiler_options=run.compiler_options)

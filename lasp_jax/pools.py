@@ -1,4 +1,4 @@
-"""The samples a task trains on, as :class:`steps.Batch` arrays (index, domain, is_current, valid).
+"""The samples a task trains on, as :class:`data.arrays.Batch` arrays (index, domain, is_current, valid).
 
 A pool is what an epoch shuffles into batches (``steps.epoch_batches``), what the
 look-ahead search draws its rows from (``lookahead.lookahead_rows``) and what the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lasp_jax.steps import Batch
+from lasp_jax.data.arrays import Batch
 
 
 def task_pool(stream, t: int) -> Batch:

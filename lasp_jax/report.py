@@ -176,3 +176,12 @@ def summary(results: dict) -> str:
                  f"health: FLAGGED ({', '.join(h['checks'])}; {len(h['flags'])} flags in results.json)")
   lines.append(f"wall time: {results['wall_time_s']:.1f} s")
   return "\n".join(lines)
+
+
+def tensorboard_writer(workdir):
+  """A TensorBoard writer into ``workdir/tensorboard`` (None without tensorboardX)."""
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  return SummaryWriter(str(pathlib.Path(workdir) / "tensorboard"))

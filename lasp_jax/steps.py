@@ -21,22 +21,8 @@ import optax
 
 from lasp_jax import losses
 from lasp_jax.data import augment
+from lasp_jax.data.arrays import Batch, DeviceData  # noqa: F401  (the step's inputs; defined with the data)
 from lasp_jax.train_state import TrainState, with_learning_rate
-
-
-class DeviceData(NamedTuple):
-  """The training set, resident on the device(s)."""
-  images: jax.Array   # (N, H, W, C) uint8
-  labels: jax.Array   # (N,) int32
-  angles: jax.Array   # (num_tasks,) float32 degrees, indexed by a sample's domain
-
-
-class Batch(NamedTuple):
-  """Per-sample indices of one step (all (B,)); or (S, B) for a chunk of steps."""
-  index: Any
-  domain: Any
-  is_current: Any
-  valid: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +36,16 @@ class LossConfig:
   selective: bool          # SD: IRD on the salient subset
   past_bn: str             # "batch" (train-mode stats) or "running" (eval mode)
   domain_classes: int      # >0: SupCon label = label + domain_classes * domain
+
+
+def loss_config(config, stream) -> LossConfig:
+  """The step's static settings from a run's config and its stream (the contrastive label offset)."""
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  t = config.train
+  return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
+                    temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
+                    selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
+                    domain_classes=stream.contrastive_offset)
 
 
 class PastModel(NamedTuple):

@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import os
-import pathlib
-import shutil
-import signal
 import sys
 import time
 from typing import Optional
@@ -27,61 +22,18 @@ import tqdm
 
 from lasp_jax import (checkpoint, config_lib, cpu_kernels, evaluate, health, lookahead, memory as memory_lib, modulation,
                       pools, probe, progress, provenance, report, steps)
-from lasp_jax.data import sources, streams
+from lasp_jax.data import streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
-from lasp_jax.steps import (Batch, DeviceData, LossConfig, PastModel, epoch_batches, make_chunk_fn, num_steps,
+from lasp_jax.steps import (Batch, DeviceData, PastModel, epoch_batches, make_chunk_fn, num_steps,
                             past_model)
-from lasp_jax.train_state import TrainState, create_train_state, lr_schedule, make_optimizer, schedule_values
+from lasp_jax.train_state import TrainState, create_train_state, make_optimizer, task_lrs
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-
-def fault_point(name: str) -> None:
-  """Test hook: SIGKILLs this process at the point named by $LASP_FAULT.
-
-  ``LASP_FAULT=probe:1`` dies at the start of the probe after task 1; used by the
-  resume tests to interrupt a run exactly where they want.
-  """
-  if os.environ.get("LASP_FAULT") == name:
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def data_mesh(devices=None) -> Mesh:
   """A 1-D ("data",) mesh over ``devices`` (default: all; one device is a mesh of one)."""
   return Mesh(np.asarray(jax.devices() if devices is None else devices), ("data",))
-
-
-# ------------------------------------------------------------------------------ setup
-
-def load_stream(config):
-  """Loads the dataset and cuts it into the task stream (scenario) the config names."""
-  kwargs = dict(data_dir=config.data.data_dir or None, source=config.data.source,
-                download=config.data.download, split_seed=config.data.split_seed)
-  if config.dataset == "synthetic":
-    kwargs.update(config.data.synthetic.to_dict())
-  data = sources.train_subset(sources.load_dataset(config.dataset, **kwargs), config.data.train_per_class,
-                              config.data.split_seed)
-  return data, streams.make_stream(data, config)
-
-
-def prepare_workdir(workdir) -> pathlib.Path:
-  path = pathlib.Path(workdir)
-  try:
-    path.mkdir(parents=True, exist_ok=True)
-    probe_file = path / ".write_test"
-    probe_file.write_text("ok")
-    probe_file.unlink()
-  except OSError as e:
-    raise ConfigError(f"workdir {str(path)!r} is not writable: {e.strerror}") from None
-  return path
-
-
-def loss_config(config, stream) -> LossConfig:
-  t = config.train
-  return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
-                    temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
-                    selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
-                    domain_classes=stream.contrastive_offset)
 
 
 # ------------------------------------------------------------------------------ the run
@@ -96,16 +48,12 @@ class ContinualRun:
     self.on_task_end = on_task_end
     self.config = config
     progress.enable(config.progress)
-    self.workdir = prepare_workdir(workdir)
-    self.dataset, self.stream = load_stream(config)
-    smallest = min(len(self.stream.train_indices(t)) for t in range(self.stream.num_tasks))
-    if config.train.batch_size > smallest:
-      raise ConfigError(f"train.batch_size {config.train.batch_size} is larger than the smallest task's {smallest} "
-                        f"training samples: its epochs would be one padded step each")
+    self.workdir = checkpoint.prepare_workdir(workdir)
+    self.dataset, self.stream = streams.load(config)
     self.model = build_model(config)
     self.tx = make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay)
     self.aug_cfg = config_lib.augment_config(config, rotate=self.stream.rotates)
-    self.loss_cfg = loss_config(config, self.stream)
+    self.loss_cfg = steps.loss_config(config, self.stream)
     self.compiler_options = cpu_kernels.compiler_options(cpu_kernels.of_model(config.model))
     self.chunk_fn = make_chunk_fn(self.model, self.tx, self.aug_cfg, self.loss_cfg,
                                   compiler_options=self.compiler_options)
@@ -147,37 +95,15 @@ class ContinualRun:
     self.ckpt.save(self._trees(), meta)
 
   def maybe_restore(self) -> bool:
-    cfg_path = self.workdir / "config.json"
-    if self.ckpt.latest() is None:
+    """Restores the workdir's newest readable checkpoint if ``config.resume`` allows (checkpoint.may_resume)."""
+    if not checkpoint.may_resume(self.ckpt, self.workdir, self.config):
       return False
-    if self.config.resume == "never":
-      self._set_aside_old_checkpoints()
-      return False
-    if not cfg_path.exists() and self.config.resume != "force":
-      raise ConfigError(f"workdir {str(self.workdir)!r} has checkpoints but no config.json to check them against; "
-                        f"use another --workdir or --config.resume=force")
-    if cfg_path.exists() and self.config.resume != "force":
-      old = json.loads(cfg_path.read_text())
-      diff = config_lib.differing_keys(old, config_lib.flat(self.config))
-      if diff:
-        raise ConfigError(f"workdir {str(self.workdir)!r} holds a run with a different config "
-                          f"(differs in: {', '.join(diff)}); use another --workdir or --config.resume=force")
     trees, meta = self.ckpt.restore(jax.tree.map(np.asarray, self._trees()))
     put = lambda tree: jax.device_put(tree, self.replicated)
     self.state = put(trees["state"])
     self.past = PastModel(*put(tuple(trees["past"]))) if meta.pop("has_past") else None
     self.host = meta
     return True
-
-  def _set_aside_old_checkpoints(self) -> None:
-    """resume=never: the old run's checkpoints move to checkpoints_replaced/ (one line says so), so that a
-    later default rerun cannot resume them under this run's config.json."""
-    old = self.workdir / "checkpoints_replaced"
-    self.ckpt.close()
-    shutil.rmtree(old, ignore_errors=True)
-    os.replace(self.ckpt.path, old)
-    tqdm.tqdm.write(f"resume=never: the workdir's earlier checkpoints moved to {old}", file=sys.stderr)
-    self.ckpt = checkpoint.Checkpointer(self.workdir)
 
   # ---------------------------------------------------------------- task pieces
   @property
@@ -190,7 +116,7 @@ class ContinualRun:
 
   def boundary(self, t: int) -> None:
     """Memory update, past-model snapshot and LASP work before training task t >= 1."""
-    fault_point(f"boundary:{t}")
+    checkpoint.fault_point(f"boundary:{t}")
     c, s = self.config, self.stream
     mem = s.update_memory(self.memory, task=t, capacity=c.memory.size, seed=c.seed)
     self._set_memory(mem)
@@ -199,14 +125,7 @@ class ContinualRun:
     self.past = past_model(self.state)
     if not (config_lib.uses_sd(c) or config_lib.uses_gm(c)):
       return
-    rng = np.random.default_rng([c.seed, t, 0x5253])
-    rows = lookahead.lookahead_rows(pools.training_pool(s, mem, t), pools.memory_pool(s, mem), c.lasp.srs_data,
-                                    c.train.batch_size, rng)
-    key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
-    res = lookahead.boundary(key, self.model, self.state.variables(), self.data, jax.tree.map(jnp.asarray, rows),
-                             aug_cfg=self.aug_cfg, loss_cfg=self.loss_cfg, lasp_cfg=c.lasp,
-                             num_classes=s.num_contrastive_classes, need_gamma=config_lib.uses_gm(c),
-                             compiler_options=self.compiler_options)
+    res = lookahead.at_boundary(self, t, mem)
     if config_lib.uses_sd(c):
       self.host["mask"] = res.mask.tolist()
     if res.gamma is not None:
@@ -216,9 +135,6 @@ class ContinualRun:
       tqdm.tqdm.write(f"task {t}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to full IRD",
                       file=sys.stderr)
 
-  def epochs_of(self, t: int) -> int:
-    return self.config.train.epochs_first if t == 0 else self.config.train.epochs
-
   def train_pool(self, t: int) -> tuple[Batch, int]:
     """Task t's training pool as the method defines it, and the samples of one epoch (pools.method_pool)."""
     return pools.method_pool(config_lib.method(self.config), self.stream, self.memory, t)
@@ -227,12 +143,8 @@ class ContinualRun:
     """What training task t needs before its first epoch: pool, epoch size, the lr of every step, mask."""
     c = self.config
     pool, per_epoch = self.train_pool(t)
-    spe, epochs = num_steps(per_epoch, c.train.batch_size), self.epochs_of(t)
-    sched = lr_schedule(base_lr=c.train.lr, epochs=epochs, steps_per_epoch=spe,
-                        warmup_epochs=c.train.warmup_epochs, warmup_from=c.train.warmup_from,
-                        warmup_target_epochs=c.train.epochs if c.train.warmup_target == "published" else None,
-                        min_ratio=c.train.lr_min_ratio, kind=c.train.schedule)
-    lrs = schedule_values(sched, epochs * spe)
+    spe, epochs = num_steps(per_epoch, c.train.batch_size), c.train.epochs_first if t == 0 else c.train.epochs
+    lrs = task_lrs(c.train, epochs=epochs, steps_per_epoch=spe)
     return dict(pool=pool, per_epoch=per_epoch, spe=spe, epochs=epochs, lrs=lrs,
                 mask=jnp.asarray(self.host["mask"], bool))
 
@@ -260,22 +172,24 @@ class ContinualRun:
     return time.perf_counter(), [steps.step_metrics(self.host["progress"].get("partial", []))]
 
   def end_epoch(self, t: int, e: int, plan: dict, outs, t0: float, bar) -> None:
-    spe, lrs = plan["spe"], plan["lrs"]
-    self._end_epoch(t, e, outs, self.host["progress"], lrs[min((e + 1) * spe, len(lrs)) - 1], (t0, len(outs[0])),
-                    bar)
-    self.host["curves"][-1].update(self.degenerate_values(t, e, plan))
-
-  def degenerate_values(self, t: int, e: int, plan: dict) -> dict:
-    """SupCon of a constant embedding and IRD of uniform relations on epoch e's batches (health.py)."""
-    chunks, _ = self.epoch_chunks(t, e, plan)
-    valid = np.concatenate([np.asarray(b.valid) for b in chunks])
-    current = np.concatenate([np.asarray(b.is_current) for b in chunks]) & valid
-    n = valid.sum(-1)
+    """The epoch's step metrics (checked finite; waits for the device, so the rate is real) averaged into one
+    curve row with its degenerate reference values; progress, bar and TensorBoard."""
+    m = self._check_finite(outs, t, e, 0)
+    n = m[:, steps.COLUMN["num_valid"]]
+    rate = n[len(outs[0]):].sum() / max(time.perf_counter() - t0, 1e-9)
+    m, n = m[n > 0], n[n > 0]
+    means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
+    lr = float(plan["lrs"][min((e + 1) * plan["spe"], len(plan["lrs"])) - 1])
     tc = self.config.train
-    return {"supcon_const": health.supcon_constant_value(num_valid=n, num_current=current.sum(-1),
-                                                         temperature=tc.temperature,
-                                                         base_temperature=tc.base_temperature),
-            "ird_uniform": health.ird_uniform_value(num_valid=n)}
+    refs = health.reference_values(self.epoch_chunks(t, e, plan)[0], temperature=tc.temperature,
+                                   base_temperature=tc.base_temperature)
+    self.host["curves"].append({"task": t, "epoch": e + 1, **means, "lr": lr, **refs})
+    self.host["progress"].update(epoch=e + 1, call=0, partial=[])
+    bar.update(1)
+    bar.set_postfix(loss=f"{means['loss']:.3f}", ird=f"{means['ird']:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
+    if self.writer:
+      for k, v in {**means, "lr": lr}.items():
+        self.writer.add_scalar(f"{k}_{t}", v, int(self.state.step))
 
   def end_task(self, t: int, bar, plan: dict) -> None:
     """Closes the task's progress bar and runs the health checks on it (one line per flag, kept for results)."""
@@ -304,7 +218,7 @@ class ContinualRun:
         every = c.train.checkpoint_every_steps
         if every and k + 1 < calls and steps.checkpoint_due(lr_e, k, every):
           self.save_mid_epoch(t, e, k, outs)
-          fault_point(f"step:{t}:{e}:{k + 1}")
+          checkpoint.fault_point(f"step:{t}:{e}:{k + 1}")
       self.end_epoch(t, e, plan, outs, t0, bar)
     self.end_task(t, bar, plan)
 
@@ -325,22 +239,6 @@ class ContinualRun:
                           f"({steps.describe_step(m, i)}; the step before: {steps.describe_step(m, i - 1) if i else 'none this epoch'}); "
                           f"last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
     return m
-
-  def _end_epoch(self, t, e, outs, prog, lr, start, bar):
-    t0, n_before = start
-    m = self._check_finite(outs, t, e, 0)  # waits for the device: the rate below is real
-    n = m[:, steps.COLUMN["num_valid"]]
-    rate = n[n_before:].sum() / max(time.perf_counter() - t0, 1e-9)
-    m, n = m[n > 0], n[n > 0]
-    means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
-    self.host["curves"].append({"task": t, "epoch": e + 1, **means, "lr": float(lr)})
-    prog["epoch"], prog["call"], prog["partial"] = e + 1, 0, []
-    bar.update(1)
-    bar.set_postfix(loss=f"{means['loss']:.3f}", ird=f"{means['ird']:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
-    if self.writer:
-      step = int(self.state.step)
-      for k, v in {**means, "lr": lr}.items():
-        self.writer.add_scalar(f"{k}_{t}", v, step)
 
   # ---------------------------------------------------------------- evaluation
   def probe_data(self, t: int) -> probe.ProbeData:
@@ -384,11 +282,7 @@ class ContinualRun:
       p = self.host["progress"]
       tqdm.tqdm.write(f"resuming {self.workdir}: task {p['task']}, epoch {p['epoch']}, chunk {p['call']}",
                       file=sys.stderr)
-    try:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self.writer = SummaryWriter(str(self.workdir / "tensorboard"))
-    except ImportError:
-      self.writer = None
+    self.writer = report.tensorboard_writer(self.workdir)
 
   def before_task(self, t: int) -> None:
     prog = self.host["progress"]
@@ -405,7 +299,7 @@ class ContinualRun:
     """
     last = t == self.stream.num_tasks - 1
     if self.config.eval.every_task or last:
-      fault_point(f"probe:{t}")
+      checkpoint.fault_point(f"probe:{t}")
       pd = self._timed("probe_s", self.evaluate, t)
       if last and self.config.eval.raw_pixels:
         self._timed("baselines_s", functools.partial(self.raw_pixel_baseline, pd=pd), t)

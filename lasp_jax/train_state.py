@@ -119,3 +119,13 @@ def lr_schedule(*, base_lr: float, epochs: int, steps_per_epoch: int, warmup_epo
 
 def schedule_values(schedule: optax.Schedule, num_steps: int) -> np.ndarray:
   return np.asarray(jax.vmap(schedule)(jnp.arange(num_steps)), np.float32)
+
+
+def task_lrs(train_cfg, *, epochs: int, steps_per_epoch: int) -> np.ndarray:
+  """The learning rate of every step of a task of ``epochs`` epochs, from ``config.train``."""
+  t = train_cfg
+  sched = lr_schedule(base_lr=t.lr, epochs=epochs, steps_per_epoch=steps_per_epoch, warmup_epochs=t.warmup_epochs,
+                      warmup_from=t.warmup_from,
+                      warmup_target_epochs=t.epochs if t.warmup_target == "published" else None,
+                      min_ratio=t.lr_min_ratio, kind=t.schedule)
+  return schedule_values(sched, epochs * steps_per_epoch)

@@ -6,6 +6,7 @@ import pytest
 
 from experiments import raw_pixels
 from lasp_jax import config_lib, health, linear, train
+from lasp_jax.data import streams
 from lasp_jax.errors import ConfigError
 from lasp_jax.train_state import lr_schedule, schedule_values
 from tests.conftest import tiny_config, two_tasks
@@ -152,7 +153,7 @@ def test_explicit_rotation_angles(tmp_path):
   angles = (10.0, 95.5)
   config = tiny_config(**{"data.scenario": "domain", "data.num_tasks": 2, "data.rotation_angles": angles,
                           "model.normalize_embedding": False})
-  _, stream = train.load_stream(config)
+  _, stream = streams.load(config)
   np.testing.assert_allclose(stream.angles, angles)
   np.testing.assert_allclose(stream.test_angles, angles)
   with pytest.raises(ConfigError, match="data.rotation_angles has 1 angles for 2 tasks"):

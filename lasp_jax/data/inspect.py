@@ -33,7 +33,7 @@ def describe(config, stream) -> str:
     if len(mem):
       groups = stream.probe_groups(stream.memory_domains(mem), stream.train_labels[mem.indices])
       lines.append(f"    memory per {'domain' if stream.rotates else 'class'}: "
-                   f"{dict(zip(*np.unique(groups, return_counts=True)))}")
+                   f"{ {int(g): int(n) for g, n in zip(*np.unique(groups, return_counts=True))} }")
   return "\n".join(lines)
 
 
@@ -62,10 +62,10 @@ def view_grid(config, dataset, stream, pairs: int) -> Image.Image:
 
 def main(argv):
   del argv
-  from lasp_jax.train import load_stream  # pylint: disable=g-import-not-at-top
+  from lasp_jax.data import streams  # pylint: disable=g-import-not-at-top  (jax: after flag parsing)
   config = _CONFIG.value
   config_lib.validate(config)
-  dataset, stream = load_stream(config)
+  dataset, stream = streams.load(config)
   print(describe(config, stream))
   view_grid(config, dataset, stream, _PAIRS.value).save(_OUT.value)
   print(f"augmented view pairs: {_OUT.value}")

@@ -18,6 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from lasp_jax import memory as memory_lib
+from lasp_jax.data import sources
 from lasp_jax.data.sources import ArrayDataset
 from lasp_jax.errors import ConfigError
 
@@ -214,7 +215,7 @@ def domain_incremental(data: ArrayDataset, num_tasks: int, seed: int,
 
 
 def make_stream(data: ArrayDataset, config) -> TaskStream:
-  """The stream ``config.data.scenario`` names, checked against ``config.memory.size``."""
+  """The stream ``config.data.scenario`` names, checked against ``config.memory.size`` and the batch size."""
   d = config.data
   if d.scenario == "domain":
     stream = domain_incremental(data, d.num_tasks, config.seed, d.rmnist_test_uses_last_angle,
@@ -222,4 +223,19 @@ def make_stream(data: ArrayDataset, config) -> TaskStream:
   else:
     stream = class_incremental(data, d.num_tasks, tuple(d.class_order))
   stream.check_memory(config.memory.size)
+  smallest = min(len(stream.train_indices(t)) for t in range(stream.num_tasks))
+  if config.train.batch_size > smallest:
+    raise ConfigError(f"train.batch_size {config.train.batch_size} is larger than the smallest task's {smallest} "
+                      f"training samples: its epochs would be one padded step each")
   return stream
+
+
+def load(config) -> tuple[ArrayDataset, TaskStream]:
+  """Loads the dataset the config names (optionally a class-stratified training subset) and its task stream."""
+  kwargs = dict(data_dir=config.data.data_dir or None, source=config.data.source,
+                download=config.data.download, split_seed=config.data.split_seed)
+  if config.dataset == "synthetic":
+    kwargs.update(config.data.synthetic.to_dict())
+  data = sources.train_subset(sources.load_dataset(config.dataset, **kwargs), config.data.get("train_per_class", 0),
+                              config.data.split_seed)
+  return data, make_stream(data, config)

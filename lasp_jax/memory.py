@@ -82,7 +82,8 @@ def reservoir_update(memory: Memory, num_train: int, capacity: int, task: int,
     return Memory(np.sort(idx).astype(np.int64), np.zeros(len(idx), np.int64))
   indices, tasks = memory.indices.copy(), memory.tasks.copy()
   seen = (task - 1) * num_train
-  slots = rng.integers(0, seen + np.arange(num_train) + 1)
+  # The published reservoir (main_domain.py): sample i of the task draws a slot in [0, seen + i - 1].
+  slots = rng.integers(0, seen + np.arange(num_train))
   for i in np.flatnonzero(slots < capacity):  # in order: later samples overwrite
     indices[slots[i]], tasks[slots[i]] = i, task - 1
   return Memory(indices, tasks)

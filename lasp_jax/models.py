@@ -57,7 +57,11 @@ class L2Normalize(nn.Module):
 
 
 class GroupedBatchNorm(nn.Module):
-  """BatchNorm with batch statistics per contiguous 1/``groups`` of the batch (train mode).
+  """Train-mode BatchNorm, with batch statistics per contiguous 1/``groups`` of the batch.
+
+  The running variance is stored unbiased (the batch variance times n / (n - 1), n the
+  values per channel), as PyTorch's BatchNorm stores it; the batch itself is normalized
+  with the biased variance, as in PyTorch.
 
   The published runs wrapped the encoder in ``nn.DataParallel`` over two GPUs
   without SyncBN: each replica normalizes its half of the batch ``[view 1; view 2]``
@@ -89,16 +93,17 @@ class GroupedBatchNorm(nn.Module):
     if not self.is_initializing():
       m = self.momentum
       ra_mean.value = m * ra_mean.value + (1 - m) * mean[0].reshape(c)
-      ra_var.value = m * ra_var.value + (1 - m) * var[0].reshape(c)
+      n0 = n[0].reshape(-1)[0]
+      ra_var.value = m * ra_var.value + (1 - m) * var[0].reshape(c) * n0 / jnp.maximum(n0 - 1.0, 1.0)
     y = ((xg - mean) * jax.lax.rsqrt(var + self.epsilon)).reshape(x.shape)
     return (y * scale + bias).astype(self.dtype)
 
 
 def _batch_norm(train: bool, name: str, dtype: Dtype, groups: int = 1) -> nn.Module:
-  # PyTorch momentum 0.1 == Flax momentum 0.9.
-  if groups > 1 and train:  # eval mode uses the running statistics: groups change nothing
+  # PyTorch momentum 0.1 == Flax momentum 0.9. Eval mode uses the running statistics: groups change nothing.
+  if train:
     return GroupedBatchNorm(groups, name=name, dtype=dtype)
-  return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, name=name, dtype=dtype)
+  return nn.BatchNorm(use_running_average=True, momentum=0.9, epsilon=1e-5, name=name, dtype=dtype)
 
 
 class BasicBlock(nn.Module):

@@ -246,6 +246,20 @@ def test_reservoir_is_uniform_and_seeded():
   np.testing.assert_array_equal(a.indices, b.indices)
 
 
+def test_the_reservoir_draws_slots_as_published():
+  """main_domain.py: sample i of task t draws randint(0, seen + i - 1), seen = (t - 1) * num_train (inclusive)."""
+  highs = []
+
+  class Recorder:
+    def integers(self, low, high):
+      highs.append(np.asarray(high))
+      return np.full(len(high), 10**9)  # no slot: the memory stays as it is
+
+  mem = M.Memory(np.arange(5), np.zeros(5, np.int64))
+  M.reservoir_update(mem, 100, 5, 3, Recorder())
+  np.testing.assert_array_equal(highs[0], 200 + np.arange(100))  # numpy's high is exclusive: [0, seen + i - 1]
+
+
 def test_impossible_memory_sizes():
   with pytest.raises(ConfigError, match="memory size -1"):
     M.check_capacity(-1, 8)

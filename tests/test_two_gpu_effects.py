@@ -31,9 +31,20 @@ def test_grouped_bn_is_batch_norm_per_half_with_the_first_halfs_running_stats(sh
   y, upd = GroupedBatchNorm(2).apply(v, x, mutable=["batch_stats"])
   (_, y0, s0), (_, y1, _) = _bn(x[:4]), _bn(x[4:])
   np.testing.assert_allclose(y, jnp.concatenate([y0, y1]), rtol=1e-5, atol=1e-5)
-  for k in ("mean", "var"):
-    np.testing.assert_allclose(upd["batch_stats"][k], s0[k], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(upd["batch_stats"]["mean"], s0["mean"], rtol=1e-5, atol=1e-6)
+  # nn.BatchNorm keeps the biased variance; GroupedBatchNorm the unbiased one, as PyTorch: x n / (n - 1).
+  n = 4 * int(np.prod(shape[1:-1]))
+  np.testing.assert_allclose(upd["batch_stats"]["var"], 0.9 + (s0["var"] - 0.9) * n / (n - 1), rtol=1e-5, atol=1e-6)
   assert jax.tree.structure(init(GroupedBatchNorm(2), x)) == jax.tree.structure(v)
+
+
+def test_the_running_variance_is_pytorchs_unbiased_one():
+  """Hand values: one channel, values 0, 1, 2, 3 (biased variance 1.25, unbiased 5/3); momentum 0.1 from 1."""
+  x = jnp.arange(4.0).reshape(4, 1)
+  v = init(GroupedBatchNorm(1), x)
+  _, upd = GroupedBatchNorm(1).apply(v, x, mutable=["batch_stats"])
+  np.testing.assert_allclose(upd["batch_stats"]["mean"], [0.1 * 1.5], rtol=1e-6)
+  np.testing.assert_allclose(upd["batch_stats"]["var"], [0.9 + 0.1 * 5.0 / 3.0], rtol=1e-6)
 
 
 def test_grouped_bn_leaves_masked_rows_out_of_each_groups_statistics():

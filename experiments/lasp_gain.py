@@ -31,12 +31,16 @@ import sys
 from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("points", None, "Budget points to run (default: all of POINTS).")
-flags.DEFINE_integer("seeds", 3, "Seeds per method and point.")
-flags.DEFINE_list("methods", None, "Method labels to run, e.g. 'SD_onlypast,Co2L' (default: all of METHODS).")
-flags.DEFINE_string("out", "results/lasp_gain", "Output folder.")
-flags.DEFINE_bool("aggregate_only", False, "Tabulate and plot the finished runs only.")
-flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+
+
+def define_flags() -> None:
+  """The command line (defined when run as a script only: importing the module defines no flags)."""
+  flags.DEFINE_list("points", None, "Budget points to run (default: all of POINTS).")
+  flags.DEFINE_integer("seeds", 3, "Seeds per method and point.")
+  flags.DEFINE_list("methods", None, "Method labels to run, e.g. 'SD_onlypast,Co2L' (default: all of METHODS).")
+  flags.DEFINE_string("out", "results/lasp_gain", "Output folder.")
+  flags.DEFINE_bool("aggregate_only", False, "Tabulate and plot the finished runs only.")
+  flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,4 +316,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

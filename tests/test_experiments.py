@@ -135,3 +135,39 @@ def test_reference_comparison_reads_a_published_run_and_sets_its_protocol(tmp_pa
   # the raw-pixel baseline beside the accuracies; its time is not in the ratio (the published code has none)
   assert rows[0][2].startswith("75.30") and rows[0][3].startswith("80.00") and rows[0][4].startswith("70.00")
   assert rows[0][7] == "0.60"  # 45 / 75
+
+
+def test_every_config_resolves_and_validates():
+  import importlib  # pylint: disable=import-outside-toplevel
+  import pathlib  # pylint: disable=import-outside-toplevel
+  from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
+  names = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py")
+                 if p.stem != "__init__")
+  assert {"mnist5k", "rmnist", "rmnist_cpu", "cifar10", "tinyimagenet", "tiny"} <= set(names)
+  for name in names:
+    config_lib.validate(config_lib.resolved(importlib.import_module(f"configs.{name}").get_config()))
+
+
+def test_rmnist_cpu_is_the_budget_studys_point_p1():
+  from configs import rmnist_cpu  # pylint: disable=import-outside-toplevel
+  from experiments import lasp_gain  # pylint: disable=import-outside-toplevel
+  from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
+  p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
+  study = config_lib.flat(lasp_gain.config_for(p1, "sd", "onlycurrent", 0))
+  config = config_lib.flat(config_lib.resolved(rmnist_cpu.get_config()))
+  assert {k for k in set(study) | set(config) if study.get(k) != config.get(k)} == {"progress", "pictures"}
+
+
+def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
+  from experiments import lasp_gain  # pylint: disable=import-outside-toplevel
+  p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
+  res = lambda acc, last: {"final": {"domain_il": acc}, "acc_matrix": {"domain_il": [[None, None], [acc, last]]},
+                           "health": {"checks": []}, "wall_time_s": 1.0}
+  rows = [lasp_gain.row_of(p1, "Co2L", 0, res(70.0, 90.0)), lasp_gain.row_of(p1, "Co2L", 1, res(80.0, 91.0)),
+          lasp_gain.row_of(p1, "SD onlycurrent", 0, res(73.0, 92.0)),
+          lasp_gain.row_of(p1, "SD onlycurrent", 1, {"failed": "non-finite loss at task 2; more", "seed": 1})]
+  assert lasp_gain.gains(rows, "p1", "SD onlycurrent", "m1") == [3.0]  # seed 1 failed: no pair
+  assert rows[2]["m2"] == 92.0  # last-angle = A[T][T]
+  text = lasp_gain.table(rows, [p1])
+  assert "SD onlycurrent† (1 seeds, 1 failed)" in text and "| p1 | SD onlycurrent | 1 | failed | failed |" in text
+  assert "**SD onlycurrent − Co2L** | **3.00** |" in text

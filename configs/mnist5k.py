@@ -8,13 +8,13 @@ L2-normalized 128-d embeddings, SupCon tau 0.5, IRD eta 0.2 / 0.01, memory 200,
 SD with the mask search on ``onlycurrent``, batch 64, 10 + 4 x 5 epochs under the
 per-step cosine, the converged L-BFGS read-out after every task.
 
-Measured on 2 cores of an AMD EPYC (Zen 5), 2026-11-28: the SD run 27 s, with --baselines
-64 s. Seeds 0-2 (--baselines --config.num_seeds=3), Class-IL / Task-IL, mean (std):
-SD 84.50 (2.92) / 98.13 (1.05), finetune 83.33 (2.52) / 98.20 (0.52), joint 92.10 (1.40) /
-98.57 (0.23), raw pixels 77.00 / 96.17 (chance 10 / 50). Every finetune seed fails its
-health checks (its embedding collapses to one point from task 1 on, results/README.md) and
-every SD seed's SupCon sits at the constant-embedding value in tasks 1-2: at this scale the
-table does not show SD above its lower bound. No paper number at this scale.
+Measured on 2 cores of an AMD EPYC (Zen 5), 2026-11-28, commit 791efbc: with --baselines 1 min 37 s
+(another job on the cores; about 1 min alone). Seeds 0-2 (--baselines --config.num_seeds=3, 4 min 18 s),
+Class-IL / Task-IL, mean (std): SD 84.47 (3.15) / 98.33 (1.12), finetune 86.00 (2.20) / 97.57 (0.65),
+joint 90.47 (1.80) / 98.83 (0.47), raw pixels 77.00 / 96.17 (chance 10 / 50). Every SD seed's
+SupCon sits at the constant-embedding value in tasks 1-2, two finetune seeds collapse to one
+embedding in task 1 (results/README.md): at this scale the table does not show SD above its lower
+bound. No paper number at this scale.
 """
 
 from lasp_jax.default_config import base_config

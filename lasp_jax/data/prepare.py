@@ -10,10 +10,12 @@ needed. Nothing in training or tests ever downloads.
 from __future__ import annotations
 
 import pathlib
-import shutil
+import sys
 import tarfile
 import urllib.request
 import zipfile
+
+import tqdm
 
 from absl import app, flags
 
@@ -56,8 +58,12 @@ def prepare(dataset: str, data_dir: str) -> None:
     target = out / url.rsplit("/", 1)[1]
     if not target.exists():
       tmp = target.with_suffix(target.suffix + ".part")
-      with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f:
-        shutil.copyfileobj(r, f)
+      with urllib.request.urlopen(url, timeout=60) as r, open(tmp, "wb") as f, tqdm.tqdm(
+          total=int(r.headers.get("Content-Length") or 0) or None, unit="B", unit_scale=True,
+          desc=f"download {target.name}", file=sys.stderr) as bar:
+        for block in iter(lambda: r.read(1 << 20), b""):
+          f.write(block)
+          bar.update(len(block))
       tmp.rename(target)
     verify(target, md5)
     unpack(target, out)

@@ -28,3 +28,15 @@ def test_readme_example_runs_and_does_what_it_says():
   # GM: a weight whose salience is >= 1 gets no gradient step; the bias is not modulated.
   assert np.allclose(scope["frozen_update"]["Dense_0"]["kernel"], 0.0)
   assert not np.allclose(scope["frozen_update"]["Dense_0"]["bias"], 0.0)
+
+
+def test_the_package_declares_its_console_script_and_dependencies():
+  import importlib  # pylint: disable=import-outside-toplevel
+  import tomllib  # pylint: disable=import-outside-toplevel
+  meta = tomllib.loads((README.parent / "pyproject.toml").read_text())
+  module, func = meta["project"]["scripts"]["lasp-jax"].split(":")
+  assert callable(getattr(importlib.import_module(module), func))
+  deps = " ".join(meta["project"]["dependencies"])
+  for name in ("jax", "flax", "optax", "orbax-checkpoint", "ml_collections", "mlxtend"):
+    assert name in deps
+  assert set(meta["tool"]["setuptools"]["packages"]) >= {"lasp_jax", "lasp_jax.data"}

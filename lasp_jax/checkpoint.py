@@ -73,9 +73,13 @@ class Checkpointer:
     if not all_finite(trees):
       raise TrainingError("refusing to write a checkpoint with non-finite values")
     step = (self.latest() or 0) + 1
-    self.manager.save(step, args=ocp.args.Composite(trees=ocp.args.StandardSave(trees),
-                                                   meta=ocp.args.JsonSave(meta)))
-    self.manager.wait_until_finished()
+    try:
+      self.manager.save(step, args=ocp.args.Composite(trees=ocp.args.StandardSave(trees),
+                                                     meta=ocp.args.JsonSave(meta)))
+      self.manager.wait_until_finished()
+    except OSError as e:  # disk full, folder gone or read-only: Orbax renames only a complete checkpoint
+      raise TrainingError(f"cannot write checkpoint {step} in {self.path}: {e.strerror or e}; the last good one is "
+                          f"{self.latest()}") from None
     return step
 
   def restore(self, abstract_trees):

@@ -349,3 +349,22 @@ def test_tiny_imagenet_cache_without_checksum(tmp_path):
   (tmp_path / "tiny-imagenet-200.npz.sha256").unlink()
   with pytest.raises(DataError, match="does not match its checksum"):
     sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+
+
+def test_labels_out_of_range_and_count_mismatches_are_one_line_errors():
+  imgs = np.zeros((4, 2, 2, 1), np.uint8)
+  with pytest.raises(DataError, match=r"train labels must lie in \[0, 2\), got 0..2"):
+    sources.ArrayDataset("x", imgs, np.array([0, 1, 2, 1]), imgs, np.zeros(4, int), 2)
+  with pytest.raises(DataError, match="test labels must lie"):
+    sources.ArrayDataset("x", imgs, np.zeros(4, int), imgs, np.array([0, -1, 0, 0]), 2)
+  with pytest.raises(DataError, match="one label each, got uint8 \\(4, 2, 2, 1\\) and 3 labels"):
+    sources.ArrayDataset("x", imgs, np.zeros(3, int), imgs, np.zeros(4, int), 2)
+
+
+def test_tiny_imagenet_val_file_naming_an_unknown_class(tmp_path):
+  _fake_tiny(tmp_path)
+  ann = tmp_path / "tiny-imagenet-200" / "val" / "val_annotations.txt"
+  ann.write_text(ann.read_text() + "\nval_n02.JPEG\tn99\t0\t0\t63\t63")
+  with pytest.raises(DataError, match="names class 'n99', which wnids.txt does not list"):
+    sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  assert not (tmp_path / "tiny-imagenet-200.npz").exists()

@@ -359,3 +359,18 @@ def test_resume_never_sets_the_old_checkpoints_aside_and_unchecked_ones_are_refu
   assert not never.maybe_restore()
   assert never.ckpt.latest() is None and (tmp_path / "checkpoints_replaced").is_dir()
   assert "moved to" in capsys.readouterr().err
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_error_and_leaves_the_last_good_one(tmp_path, monkeypatch):
+  from lasp_jax import checkpoint  # pylint: disable=import-outside-toplevel
+  ckpt = checkpoint.Checkpointer(tmp_path)
+  trees = {"w": np.ones(3, np.float32)}
+  assert ckpt.save(trees, {"task": 0}) == 1
+
+  def full(*_, **__):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(ckpt.manager, "save", full)
+  with pytest.raises(TrainingError, match="cannot write checkpoint 2 in .*: No space left on device; the last good "
+                                          "one is 1"):
+    ckpt.save(trees, {"task": 1})
+  assert ckpt.latest() == 1

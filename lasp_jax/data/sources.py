@@ -49,6 +49,9 @@ class ArrayDataset:
       if x.dtype != np.uint8 or x.ndim != 4 or len(x) != len(y):
         raise DataError(f"{self.name}: {split} images must be uint8 NHWC with one label each, "
                         f"got {x.dtype} {x.shape} and {len(y)} labels")
+      if len(y) and (int(np.min(y)) < 0 or int(np.max(y)) >= self.num_classes):
+        raise DataError(f"{self.name}: {split} labels must lie in [0, {self.num_classes}), got "
+                        f"{int(np.min(y))}..{int(np.max(y))}")
     self.train_labels = self.train_labels.astype(np.int32)
     self.test_labels = self.test_labels.astype(np.int32)
 
@@ -278,6 +281,9 @@ def _decode_tiny(root: pathlib.Path):
   for line in root.joinpath("val", "val_annotations.txt").read_text().splitlines():
     fields = line.split("\t")
     if len(fields) >= 2:
+      if fields[1] not in index:
+        raise DataError(f"{root / 'val' / 'val_annotations.txt'}: {fields[0]} names class {fields[1]!r}, which "
+                        f"wnids.txt does not list")
       vx.append(load(root / "val" / "images" / fields[0]))
       vy.append(index[fields[1]])
   return np.stack(tx), np.asarray(ty), np.stack(vx), np.asarray(vy), len(wnids)

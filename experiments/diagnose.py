@@ -25,7 +25,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import probe, train, xla_cache
+from lasp_jax import evaluate, probe, train, xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration.", lock_config=True)
 _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
@@ -33,8 +33,8 @@ _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
 
 def readouts(run, t: int, variables) -> dict:
   """{readout: {metric: overall accuracy}} on task t's probe data for these encoder variables."""
-  pd = run.probe_data(t)
-  kw = run.readout_kwargs()
+  pd = evaluate.probe_data(run, t)
+  kw = evaluate.readout_kwargs(run)
   out = {}
   for name, kind in (("lbfgs_encoder", "encoder"), ("lbfgs_pixels", "pixels")):
     out[name] = probe.linear_readout(run.model, variables, run.data, run.test_data, pd, kind=kind, **kw).overall

@@ -95,14 +95,14 @@ def config_for(point: Point, method: str, srs: str, seed: int):
 def published_probe(run, t: int) -> dict:
   """The published SGD probe on the run's final probe data (the hook runs after the L-BFGS read-out)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from lasp_jax import probe  # pylint: disable=g-import-not-at-top
+  from lasp_jax import evaluate, probe  # pylint: disable=g-import-not-at-top
   if t != run.stream.num_tasks - 1:
     return {}
   cfg = probe.ProbeConfig(epochs=100, lr=1.0, batch_size=256, augment=True, select_best_on_test=False,
                           standardize=False)
   key = jax.random.fold_in(jax.random.PRNGKey(run.config.seed), 104729 + t)
-  res = probe.run_probe(key, run.model, run.state.variables(), run.data, run.probe_data(t), cfg=cfg,
-                        **run.readout_kwargs())
+  res = probe.run_probe(key, run.model, run.state.variables(), run.data, evaluate.probe_data(run, t), cfg=cfg,
+                        **evaluate.readout_kwargs(run))
   row = res.per_task["domain_il"]
   return {"sgd_probe": {"m1": res.overall["domain_il"], "m2": float(row[-1])}}
 

@@ -21,7 +21,7 @@ import tempfile
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import baselines, config_lib, train
+from lasp_jax import baselines, config_lib, evaluate, train
 from lasp_jax.errors import LaspError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -35,7 +35,7 @@ def raw_pixels(config) -> dict:
     last = run.stream.num_tasks - 1
     for t in range(1, last + 1):
       run.boundary(t)  # the memory update alone: finetune distills nothing
-    run.raw_pixel_baseline(last, run.probe_data(last))
+    run.raw_pixel_baseline(last, evaluate.probe_data(run, last))
     return run.host["baselines"]
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from lasp_jax import config_lib, health
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
-from lasp_jax.steps import checkpoint_due, pad_lrs
+from lasp_jax.loop import train_in_lockstep
 from lasp_jax.train import ContinualRun
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -102,43 +102,29 @@ class SeedGroup:
 
   def train_task(self, t: int) -> None:
     start = time.perf_counter()
-    runs = self.runs
-    plans = [r.task_plan(t) for r in runs]
-    prog0 = runs[0].host["progress"]
-    bars = [r.progress_bar(t, p) for r, p in zip(runs, plans)]
-    state = _stack([r.state for r in runs])
-    past = None if runs[0].past is None else _stack([r.past for r in runs])
-    masks = jnp.stack([p["mask"] for p in plans])
-    data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
-    every = runs[0].config.train.checkpoint_every_steps
-    for e in range(prog0["epoch"], plans[0]["epochs"]):
-      per_seed = [r.epoch_chunks(t, e, p) for r, p in zip(runs, plans)]
-      chunks, lr_e = [c for c, _ in per_seed], per_seed[0][1]  # one schedule for every seed
-      starts = [r.epoch_start() for r in runs]
-      calls = len(lr_e)
-      for k in range(prog0["call"], calls):
-        batch = jax.device_put(_stack_np([c[k] for c in chunks]), self.batch_sharding)
-        state, m = self.chunk_fn(state, past, masks, data, batch, pad_lrs(lr_e[k], len(chunks[0][k].index)))
-        for i, (_, outs) in enumerate(starts):
-          outs.append(m[i])
-        if every and k + 1 < calls and checkpoint_due(lr_e, k, every):
-          self._unstack_into_runs(state)
-          for r, (_, outs) in zip(runs, starts):
-            r.save_mid_epoch(t, e, k, outs)
-      self._unstack_into_runs(state)
-      for r, p, (t0, outs), bar in zip(runs, plans, starts, bars):
-        r.end_epoch(t, e, p, outs, t0, bar)  # each run holds its seed's state from the unstack above
-    for r, bar, p in zip(runs, bars, plans):
-      r.end_task(t, bar, p)
+    train_in_lockstep(self.runs, t, self)
     elapsed = round(time.perf_counter() - start, 3)
-    for r in runs:  # the shared program's time, charged to every seed
+    for r in self.runs:  # the shared program's time, charged to every seed
       timing = r.host.setdefault("timing", {})
       timing["train_s"] = round(timing.get("train_s", 0.0) + elapsed, 3)
 
-  def _unstack_into_runs(self, state) -> None:
+  # The chunk executor of the seeds (train.train_in_lockstep): their states stacked, one vmapped program.
+  def begin_task(self, plans) -> None:
+    runs = self.runs
+    self._state = _stack([r.state for r in runs])
+    self._past = None if runs[0].past is None else _stack([r.past for r in runs])
+    self._masks = jnp.stack([p["mask"] for p in plans])
+    self._data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
+
+  def execute(self, chunks, lrs) -> list:
+    batch = jax.device_put(_stack_np(chunks), self.batch_sharding)
+    self._state, m = self.chunk_fn(self._state, self._past, self._masks, self._data, batch, lrs)
+    return [m[i] for i in range(len(self.runs))]
+
+  def sync(self) -> None:
+    """Each run gets its seed's state (copies: the next chunk donates the stacked state's buffers)."""
     for i, r in enumerate(self.runs):
-      # Copies: the next chunk donates the stacked state's buffers.
-      r.state = jax.device_put(jax.tree.map(lambda x: jnp.copy(x[i]), state), r.replicated)
+      r.state = jax.device_put(jax.tree.map(lambda x, i=i: jnp.copy(x[i]), self._state), r.replicated)
 
 
 def mean_result(results: list[dict]) -> dict:

@@ -20,8 +20,8 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from lasp_jax import (checkpoint, config_lib, cpu_kernels, evaluate, health, lookahead, memory as memory_lib, modulation,
-                      pools, probe, progress, provenance, report, steps)
+from lasp_jax import (checkpoint, config_lib, cpu_kernels, evaluate, health, lookahead, loop, memory as memory_lib,
+                      modulation, pools, probe, progress, provenance, report, steps)
 from lasp_jax.data import streams
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.models import build_model
@@ -203,24 +203,19 @@ class ContinualRun:
     self.host.setdefault("health", []).extend(dataclasses.asdict(f) for f in flags)
 
   def train_task(self, t: int) -> None:
-    c, plan = self.config, self.task_plan(t)
-    prog = self.host["progress"]
-    bar = self.progress_bar(t, plan)
-    for e in range(prog["epoch"], plan["epochs"]):
-      chunks, lr_e = self.epoch_chunks(t, e, plan)
-      t0, outs = self.epoch_start()
-      calls = len(chunks)
-      for k in range(prog["call"], calls):
-        chunk = jax.device_put(chunks[k], self.batch_sharding)
-        self.state, m = self.chunk_fn(self.state, self.past, plan["mask"], self.data, chunk,
-                                      steps.pad_lrs(lr_e[k], c.train.steps_per_call))
-        outs.append(m)
-        every = c.train.checkpoint_every_steps
-        if every and k + 1 < calls and steps.checkpoint_due(lr_e, k, every):
-          self.save_mid_epoch(t, e, k, outs)
-          checkpoint.fault_point(f"step:{t}:{e}:{k + 1}")
-      self.end_epoch(t, e, plan, outs, t0, bar)
-    self.end_task(t, bar, plan)
+    loop.train_in_lockstep([self], t, self)
+
+  # The chunk executor of one run (train_in_lockstep): the run's own state, its chunk program.
+  def begin_task(self, plans) -> None:
+    self._mask = plans[0]["mask"]
+
+  def execute(self, chunks, lrs) -> list:
+    chunk = jax.device_put(chunks[0], self.batch_sharding)
+    self.state, m = self.chunk_fn(self.state, self.past, self._mask, self.data, chunk, lrs)
+    return [m]
+
+  def sync(self) -> None:
+    """Nothing to do: the state is the run's own."""
 
   def save_mid_epoch(self, t: int, e: int, k: int, outs) -> None:
     """A checkpoint after chunk k of epoch e, with the epoch's metrics so far."""
@@ -235,21 +230,16 @@ class ContinualRun:
     bad = np.flatnonzero(~np.isfinite(m[:, steps.COLUMN["loss"]]))
     if bad.size:
       i = int(bad[0])
+      before = steps.describe_step(m, i - 1) if i else "none this epoch"
       raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {first_step + i + 1} of the epoch "
-                          f"({steps.describe_step(m, i)}; the step before: {steps.describe_step(m, i - 1) if i else 'none this epoch'}); "
+                          f"({steps.describe_step(m, i)}; the step before: {before}); "
                           f"last good checkpoint: {self.ckpt.latest()} in {self.ckpt.path}")
     return m
 
   # ---------------------------------------------------------------- evaluation
-  def probe_data(self, t: int) -> probe.ProbeData:
-    return evaluate.probe_data(self, t)
-
-  def readout_kwargs(self) -> dict:
-    return evaluate.readout_kwargs(self)
-
   def evaluate(self, t: int) -> probe.ProbeData:
     """The read-out ``eval.probe`` names, after task t; returns its data for the raw-pixel baseline."""
-    pd = self.probe_data(t)
+    pd = evaluate.probe_data(self, t)
     res = evaluate.EVALUATORS[self.config.eval.probe](self, t, pd)
     for name, row in res.per_task.items():
       self.host["acc"][name][t] = [None if not np.isfinite(v) else float(v) for v in row]

@@ -58,8 +58,8 @@ def trained_run(tmp_path_factory):
 
 def _probe(run, **changes):
   cfg = dataclasses.replace(evaluate.probe_config(run.config), **changes)
-  return probe.run_probe(jax.random.PRNGKey(0), run.model, run.state.variables(), run.data, run.probe_data(1),
-                         cfg=cfg, **run.readout_kwargs())
+  return probe.run_probe(jax.random.PRNGKey(0), run.model, run.state.variables(), run.data, evaluate.probe_data(run, 1),
+                         cfg=cfg, **evaluate.readout_kwargs(run))
 
 
 def test_select_best_on_test_takes_the_best_epoch(trained_run):
@@ -68,7 +68,8 @@ def test_select_best_on_test_takes_the_best_epoch(trained_run):
   changes = dict(lr=3.0, augment=False)
   cfg = dataclasses.replace(evaluate.probe_config(trained_run.config), **changes)
   curves = probe.probe_curves(jax.random.PRNGKey(0), trained_run.model, trained_run.state.variables(),
-                              trained_run.data, trained_run.probe_data(1), cfg=cfg, **trained_run.readout_kwargs())
+                              trained_run.data, evaluate.probe_data(trained_run, 1), cfg=cfg,
+                              **evaluate.readout_kwargs(trained_run))
   curve = curves["class_il"][1]
   assert int(np.argmax(curve)) != len(curve) - 1  # the case is one the option changes
   best = _probe(trained_run, select_best_on_test=True, **changes)
@@ -88,8 +89,8 @@ def test_augmenting_probe_differs_from_cached_features_and_learns(trained_run):
 
 def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
   ref = probe.linear_readout(trained_run.model, trained_run.state.variables(), trained_run.data,
-                             trained_run.test_data, trained_run.probe_data(1), kind="encoder",
-                             **trained_run.readout_kwargs())
+                             trained_run.test_data, evaluate.probe_data(trained_run, 1), kind="encoder",
+                             **evaluate.readout_kwargs(trained_run))
   std = _probe(trained_run, epochs=30)
   assert abs(std.overall["class_il"] - ref.overall["class_il"]) < 10
 
@@ -98,7 +99,8 @@ def test_rotated_mnist_probe_crops_only_the_memory():
   """Published R-MNIST probe: current-task images are rotated only, memory images rotated and cropped."""
   from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
   from lasp_jax.data import augment  # pylint: disable=import-outside-toplevel
-  cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}), rotate=True)
+  cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}),
+                                  rotate=True)
   images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)), jnp.uint8)
   angles = jnp.array([30.0, 30.0, 60.0, 60.0])
   current = jnp.array([True, False, True, False])

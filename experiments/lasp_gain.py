@@ -273,8 +273,12 @@ def figure(rows, points, path) -> None:
           xs.append(p.samples * (1 + 0.05 * k))
           ms.append(statistics.mean(g))
           ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
+        if g:
+          failed = sum(1 for r in rows if r["point"] == p.name and r["method"] in (sd, "Co2L") and r["m1"] is None)
+          ax.annotate(f"n={len(g)}" + (f", {failed} failed" if failed else ""), (xs[-1], ms[-1]), fontsize=6,
+                      xytext=(4, -10 + 8 * k), textcoords="offset points", color=f"C{k}")
       if xs:
-        ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=f"{sd} − Co2L (mean ± std over seeds)")
+        ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=f"{sd} − Co2L (mean ± std over paired seeds)")
     if scenario == "domain":
       ax.plot([PAPER_SCALE["samples"]], [PAPER_SCALE["sd_onlypast"] - PAPER_SCALE["co2l"]], "s", color="C1", ms=8,
               mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed)")

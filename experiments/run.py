@@ -26,7 +26,7 @@ import traceback
 from absl import app, flags, logging
 
 from experiments import aggregate, plots
-from lasp_jax import config_lib, train, xla_cache
+from lasp_jax import config_lib, report, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -104,7 +104,7 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
         continue
       else:
         res = train.ContinualRun(config, wd, on_task_end=on_task_end).run()
-      plots.run_plots(res, wd)
+      report.run_pictures(res, wd)
       records.append({**tags, "workdir": str(wd), "results": res})
     except Exception as e:  # pylint: disable=broad-except  (a failed run must not stop the grid)
       print(f"run FAILED {tags} in {wd}: {e}")

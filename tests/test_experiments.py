@@ -51,7 +51,7 @@ def test_identical_config_reuses_finished_run_of_another_experiment(tmp_path, mo
   result = {"final": {"class_il": 61.0}, "acc_matrix": {}, "curves": {}}
   (first / "results.json").write_text(json.dumps(result))
   monkeypatch.setattr(run.train, "ContinualRun", lambda *a, **k: pytest.fail("trained a finished config again"))
-  monkeypatch.setattr(run.plots, "run_plots", lambda res, wd: None)
+  monkeypatch.setattr(run.report, "run_pictures", lambda res, wd: None)
   records = run.run_grid(tmp_path / "table2" / "tiny", [({"seed": 0}, config)])
   assert records == [{"seed": 0, "workdir": str(first), "results": result}]
   other = run.make_config(run.dataset_configs("tiny")["cifar10"], method="sd", seed=1)

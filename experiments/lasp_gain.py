@@ -22,6 +22,7 @@ TensorBoard logs are deleted when a run finishes (results.json keeps everything 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import pathlib
 import shutil
@@ -145,7 +146,8 @@ def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
   return {"point": point.name, "method": label, "seed": seed, "m1": value(k1, h1), "m2": value(k2, h2),
           "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
           "flags": res.get("health", {}).get("checks", []), "train_s": res.get("timing", {}).get("train_s"),
-          "wall_s": res.get("wall_time_s"), "sgd_probe": sgd}
+          "wall_s": res.get("wall_time_s"), "sgd_probe": sgd,
+          "commit": str(res.get("provenance", {}).get("git_commit") or "")[:7]}
 
 
 def workdir_of(out: pathlib.Path, point: Point, label: str, seed: int) -> pathlib.Path:
@@ -286,9 +288,11 @@ def figure(rows, points, path) -> None:
     ax.set_xscale("log")
     ax.set(xlabel="training samples drawn (digits × epochs, all tasks)", ylabel=ylabel,
            title="Rotated MNIST" if scenario == "domain" else "Split-MNIST (60,000 digits)")
-    ax.legend(fontsize=7)
-  fig.text(0.01, 0.005, "python -m experiments.lasp_gain · 2-core AMD EPYC (Zen 5) CPU, paper-scale point on an "
-                        "H200", fontsize=6, color="grey")
+    ax.legend(fontsize=7, loc="lower left" if scenario == "domain" else "upper right")
+  commits = ", ".join(sorted({r.get("commit") for r in rows if r.get("commit")}))
+  fig.text(0.01, 0.005, f"python -m experiments.lasp_gain · 2-core AMD EPYC (Zen 5) CPU, paper-scale point on an "
+                        f"H200 · runs of commit {commits} · drawn {datetime.date.today().isoformat()}",
+           fontsize=6, color="grey")
   fig.tight_layout(rect=(0, 0.03, 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)

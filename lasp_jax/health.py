@@ -217,7 +217,7 @@ def is_flagged(results: dict) -> bool:
 
 
 def flagged_checks(results: dict) -> list[str]:
-  """The checks a results dict failed; for a seeds' mean, "seed k: check" for every flagged seed."""
+  """The checks a results dict failed; for a seeds' mean, "check (seeds j, k)" for every check a seed failed."""
   h = results.get("health", {})
   return list(h.get("checks", []))
 

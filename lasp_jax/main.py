@@ -63,7 +63,7 @@ def main(argv):
   except LaspError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import baselines, seeds, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
+  from lasp_jax import baselines, report, seeds, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
   xla_cache.enable(_CACHE.value)
   workdir = _WORKDIR.value or default_workdir(config)
   runs = {config.method: (config, workdir)}
@@ -84,12 +84,11 @@ def main(argv):
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   if config.num_seeds == 1:
-    print(train.summary(results[config.method]))
+    print(report.summary(results[config.method]))
   pictures = []
   if len(results) > 1:
     print(baselines.comparison(results))
     if config.pictures:
-      from lasp_jax import report  # pylint: disable=g-import-not-at-top
       pictures.append(os.path.join(workdir, "comparison.png"))
       seeds = f", mean ± std of {config.num_seeds} seeds" if config.num_seeds > 1 else f" seed {config.seed}"
       report.comparison_chart(results, pictures[-1], what=f"{config.dataset}{seeds}")

@@ -332,5 +332,3 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:
   """
   return ContinualRun(config, workdir).run()
 
-
-summary = report.summary  # the end-of-run text (main.py)

@@ -224,7 +224,7 @@ def bench_projection(quick: bool):
 
 
 def host_overhead(run):
-  """Python/dispatch time of one compiled chunk call against its device time."""
+  """The host's share of one compiled chunk call: the call's wall time against the device's time for it."""
   from lasp_jax import steps  # pylint: disable=g-import-not-at-top
   from lasp_jax.pools import training_pool  # pylint: disable=g-import-not-at-top
   pool = training_pool(run.stream, run.memory, 0)

@@ -108,7 +108,7 @@ class SeedGroup:
       timing = r.host.setdefault("timing", {})
       timing["train_s"] = round(timing.get("train_s", 0.0) + elapsed, 3)
 
-  # The chunk executor of the seeds (train.train_in_lockstep): their states stacked, one vmapped program.
+  # The chunk executor of the seeds (loop.train_in_lockstep): their states stacked, one vmapped program.
   def begin_task(self, plans) -> None:
     runs = self.runs
     self._state = _stack([r.state for r in runs])
@@ -140,7 +140,7 @@ def mean_result(results: list[dict]) -> dict:
     out["baselines"] = {"raw_pixels": mean(pixels)}
   seeds_of = {}
   for r in results:
-    for c in health.flagged_checks(r) if health.is_flagged(r) else []:
+    for c in health.flagged_checks(r):  # [] for a healthy seed
       seeds_of.setdefault(c, []).append(str(r["seed"]))
   bad = [f"{c} (seed{'s' if len(s) > 1 else ''} {', '.join(s)})" for c, s in sorted(seeds_of.items())]
   out["health"] = {"ok": not bad, "checks": bad}

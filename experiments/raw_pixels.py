@@ -34,6 +34,7 @@ def raw_pixels(config) -> dict:
     run = train.ContinualRun(cfg, workdir)
     last = run.stream.num_tasks - 1
     for t in range(1, last + 1):
+      run.note_pass(t - 1)
       run.boundary(t)  # the memory update alone: finetune distills nothing
     run.raw_pixel_baseline(last, evaluate.probe_data(run, last))
     return run.host["baselines"]

@@ -20,3 +20,5 @@ WARMUP_TARGETS = ("task", "published")                            # train_state.
 RESUME = ("auto", "force", "never")                               # checkpoint.may_resume
 PROBES = ("sgd", "lbfgs")                                         # evaluate.EVALUATORS
 MODELS = ("resnet18", "mnistnet")                                 # models.build_model
+BOUNDARIES = ("given", "detected")                                # data/streams.py: TaskFree when detected
+DETECTORS = ("auto", "novelty", "shift")                          # boundaries.py

@@ -84,6 +84,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _choice("model.name", config.model.name, choices.MODELS)
   _choice("model.conv_backward", config.model.conv_backward, cpu_kernels.CONV_BACKWARD)
   _choice("model.cpu_convs", config.model.cpu_convs, cpu_kernels.CONVS)
+  _choice("boundaries", config.boundaries, choices.BOUNDARIES)
+  _choice("detection.detector", config.detection.detector, choices.DETECTORS)
+  _at_least("detection.window", config.detection.window, 2)
+  _positive("detection.shift_threshold", config.detection.shift_threshold)
+  if config.boundaries == "detected" and method(config).cumulative:
+    raise ConfigError(f"method {config.method!r} trains on every earlier task's data: it needs "
+                      f"boundaries='given'")
+  if config.boundaries == "detected" and config.num_seeds > 1 and config.seeds_mode == "vmap":
+    raise ConfigError("boundaries='detected' with seeds_mode='vmap': the seeds' boundaries need not coincide; "
+                      "use seeds_mode=sequential")
   _positive("train.lr", config.train.lr)
   _positive("eval.lr", config.eval.lr)
   _positive("train.temperature", config.train.temperature)

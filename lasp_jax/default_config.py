@@ -20,6 +20,13 @@ def base_config() -> ml_collections.ConfigDict:
   # selection, past-model BN, last-angle R-MNIST test, warm-up target, per-epoch cosine, SGD probe on raw
   # features keeping its best epoch on the test set, probe after the last task only); it wins over those keys.
   c.preset = ""
+  # given: the stream says where each task starts | detected: the learner sees only the stream of batches
+  # and a detector decides when a new task has begun (boundaries.py; results.json "boundary_detection")
+  c.boundaries = "given"
+  c.detection = ml_collections.ConfigDict()
+  c.detection.detector = "auto"        # auto (novelty for class-IL, shift for domain-IL) | novelty | shift
+  c.detection.window = 512             # the first samples of every pass the detector looks at
+  c.detection.shift_threshold = 3.0    # shift: embedding mean moved by > this x its sampling noise (~1 if unmoved)
 
   c.data = ml_collections.ConfigDict()
   c.data.data_dir = ""           # where the dataset files are (see README, "Data")

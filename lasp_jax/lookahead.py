@@ -61,7 +61,7 @@ def _embed(variables, data: DeviceData, rows: Batch, key, *, model, aug_cfg, los
   """Two eval-mode embedded views of the look-ahead rows, with labels and validity."""
   views = augment.two_views(key, data.images[rows.index], data.angles[rows.domain], aug_cfg)
   _, z = model.apply(variables, views, train=False)
-  labels = contrastive_labels(data.labels[rows.index], rows.domain, loss_cfg)
+  labels = contrastive_labels(data.labels[rows.index], data.tags[rows.domain], loss_cfg)
   return views, z, jnp.concatenate([labels, labels]), jnp.concatenate([rows.valid, rows.valid])
 
 
@@ -113,13 +113,13 @@ def weight_fraction_frozen(gamma) -> float:
   return float(sum(jnp.sum(l >= 1) for l in leaves) / max(total, 1))
 
 
-def at_boundary(run, t: int, memory) -> BoundaryResult:
-  """The LASP work of a run's boundary before task t: look-ahead rows drawn from the task's pool and the new
-  ``memory`` as ``lasp.srs_data`` says, then :func:`boundary` on the model as it ended task t - 1."""
+def at_boundary(run, t: int, memory, pool: Batch) -> BoundaryResult:
+  """The LASP work of a run's boundary before its segment t: look-ahead rows drawn from the segment's training
+  ``pool`` (its data + the new ``memory``) as ``lasp.srs_data`` says, then :func:`boundary` on the model as it
+  ended segment t - 1."""
   c, s = run.config, run.stream
   rng = np.random.default_rng([c.seed, t, 0x5253])
-  rows = lookahead_rows(pools.training_pool(s, memory, t), pools.memory_pool(s, memory), c.lasp.srs_data,
-                        c.train.batch_size, rng)
+  rows = lookahead_rows(pool, pools.memory_pool(s, memory), c.lasp.srs_data, c.train.batch_size, rng)
   key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
   return boundary(key, run.model, run.state.variables(), run.data, jax.tree.map(jnp.asarray, rows),
                   aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg, lasp_cfg=c.lasp, num_classes=s.num_contrastive_classes,

@@ -77,16 +77,26 @@ def reservoir_update(memory: Memory, num_train: int, capacity: int, task: int,
   At task 1 the memory is ``capacity`` random indices of task 0. Later the
   "seen so far" counter starts at (task - 1) * num_train, as published.
   """
-  if task == 1 or not len(memory):
-    idx = rng.choice(num_train, min(capacity, num_train), replace=False)
-    return Memory(np.sort(idx).astype(np.int64), np.zeros(len(idx), np.int64))
-  indices, tasks = memory.indices.copy(), memory.tasks.copy()
-  seen = (task - 1) * num_train
-  # The published reservoir (main_domain.py): sample i of the task draws a slot in [0, seen + i - 1].
-  slots = rng.integers(0, seen + np.arange(num_train))
+  return reservoir_add(memory, np.arange(num_train), np.full(num_train, task - 1), capacity=capacity,
+                       seen=(task - 1) * num_train, rng=rng)
+
+
+def reservoir_add(memory: Memory, indices: np.ndarray, tags: np.ndarray, *, capacity: int, seen: int,
+                  rng: np.random.Generator) -> Memory:
+  """Adds the samples ``indices`` (each stored with its tag) by reservoir sampling, ``seen`` samples before them.
+
+  An empty memory takes ``capacity`` random samples of them; otherwise sample i draws a slot in
+  [0, seen + i - 1] (the published reservoir, main_domain.py) and replaces the entry there if the slot is free.
+  """
+  indices, tags = np.asarray(indices, np.int64), np.asarray(tags, np.int64)
+  if not len(memory):
+    pick = np.sort(rng.choice(len(indices), min(capacity, len(indices)), replace=False))
+    return Memory(indices[pick], tags[pick])
+  out_idx, out_tags = memory.indices.copy(), memory.tasks.copy()
+  slots = rng.integers(0, seen + np.arange(len(indices)))
   for i in np.flatnonzero(slots < capacity):  # in order: later samples overwrite
-    indices[slots[i]], tasks[slots[i]] = i, task - 1
-  return Memory(indices, tasks)
+    out_idx[slots[i]], out_tags[slots[i]] = indices[i], tags[i]
+  return Memory(out_idx, out_tags)
 
 
 def check_capacity(capacity: int, classes_before_last_task: int) -> None:

@@ -12,11 +12,16 @@ import numpy as np
 from lasp_jax.data.arrays import Batch
 
 
-def task_pool(stream, t: int) -> Batch:
-  """Task t's own training samples, all current."""
+def task_pool(stream, t: int, slot=None) -> Batch:
+  """Task t's own training samples, all current, in the run's ``slot`` (default: the task's domain)."""
   own = stream.train_indices(t).astype(np.int32)
   n = len(own)
-  return Batch(own, np.full(n, stream.task_domain(t), np.int32), np.ones(n, bool), np.ones(n, bool))
+  slot = stream.task_domain(t) if slot is None else slot
+  return Batch(own, np.full(n, slot, np.int32), np.ones(n, bool), np.ones(n, bool))
+
+
+def empty_pool() -> Batch:
+  return Batch(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, bool), np.zeros(0, bool))
 
 
 def concat_pools(*pools: Batch) -> Batch:
@@ -30,12 +35,12 @@ def memory_pool(stream, memory) -> Batch:
                np.ones(n, bool))
 
 
-def training_pool(stream, memory, t: int) -> Batch:
+def training_pool(stream, memory, t: int, slot=None) -> Batch:
   """Task t's own samples (current) followed by the memory (past)."""
-  return concat_pools(task_pool(stream, t), memory_pool(stream, memory))
+  return concat_pools(task_pool(stream, t, slot), memory_pool(stream, memory))
 
 
-def method_pool(spec, stream, memory, t: int) -> tuple[Batch, int]:
+def method_pool(spec, stream, memory, t: int, slot=None) -> tuple[Batch, int]:
   """Task t's training pool as the method ``spec`` (config_lib.Method) defines it, and the samples of one epoch.
 
   Replay methods: the task's data + the memory. finetune: the task's data only (the memory is kept for the
@@ -43,9 +48,9 @@ def method_pool(spec, stream, memory, t: int) -> tuple[Batch, int]:
   budget).
   """
   if spec.replay:
-    pool = training_pool(stream, memory, t)
+    pool = training_pool(stream, memory, t, slot)
     return pool, len(pool.index)
-  own = task_pool(stream, t)
+  own = task_pool(stream, t, slot)
   if not spec.cumulative:
     return own, len(own.index)
   pool = concat_pools(*[task_pool(stream, j) for j in range(t + 1)])

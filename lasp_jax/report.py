@@ -154,6 +154,7 @@ def results(config, stream, host: dict, *, wall_time_s: float) -> dict:
       "extra": h.get("extra", []), "baselines": h.get("baselines", {}), "timing": h.get("timing", {}),
       "wall_time_s": round(wall_time_s, 2),
       "provenance": provenance.provenance(),
+      **({} if s.given_boundaries else {"boundary_detection": s.detection_record(h)}),
   }
 
 

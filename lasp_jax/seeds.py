@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +31,7 @@ from lasp_jax import config_lib, health
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
 from lasp_jax.loop import train_in_lockstep
-from lasp_jax.train import ContinualRun
+from lasp_jax.train import ContinualRun, charge_training
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 
@@ -93,23 +92,16 @@ class SeedGroup:
       while self._progress(r) < ahead and r.host["progress"]["task"] < r.stream.num_tasks:
         r.run_task(r.host["progress"]["task"])
     for t in range(self.runs[0].host["progress"]["task"], self.runs[0].stream.num_tasks):
-      for r in self.runs:
-        r.before_task(t)
       self.train_task(t)
       for r in self.runs:
         r.after_task(t)
     return [r.finish() for r in self.runs]
 
   def train_task(self, t: int) -> None:
-    start = time.perf_counter()
-    train_in_lockstep(self.runs, t, self)
-    elapsed = round(time.perf_counter() - start, 3)
-    for r in self.runs:  # the shared program's time, charged to every seed
-      timing = r.host.setdefault("timing", {})
-      timing["train_s"] = round(timing.get("train_s", 0.0) + elapsed, 3)
+    charge_training(self.runs, lambda t: train_in_lockstep(self.runs, t, self), t)
 
   # The chunk executor of the seeds (loop.train_in_lockstep): their states stacked, one vmapped program.
-  def begin_task(self, plans) -> None:
+  def begin_epoch(self, plans) -> None:
     runs = self.runs
     self._state = _stack([r.state for r in runs])
     self._past = None if runs[0].past is None else _stack([r.past for r in runs])

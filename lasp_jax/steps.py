@@ -35,7 +35,7 @@ class LossConfig:
   ird_weight: float
   selective: bool          # SD: IRD on the salient subset
   past_bn: str             # "batch" (train-mode stats) or "running" (eval mode)
-  domain_classes: int      # >0: SupCon label = label + domain_classes * domain
+  domain_classes: int      # >0: SupCon label = label + domain_classes * tag of the sample's slot
 
 
 def loss_config(config, stream) -> LossConfig:
@@ -118,7 +118,7 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
   # Without the barrier XLA:CPU fuses the augmentation into the conv inputs and
   # recomputes it per use: 6x slower steps on the R-MNIST net (measured).
   views = jax.lax.optimization_barrier(views)
-  labels = contrastive_labels(data.labels[batch.index], batch.domain, cfg)
+  labels = contrastive_labels(data.labels[batch.index], data.tags[batch.domain], cfg)
   grad_fn = jax.value_and_grad(_losses, has_aux=True)
   (loss, (supcon, ird, (z_norm, z_var), new_stats)), grads = grad_fn(state.params, state, past, dim_mask, views, labels,
                                                             batch, model, cfg)
@@ -170,7 +170,7 @@ def make_chunk_fn(model, tx, aug_cfg, cfg: LossConfig, compiler_options=None, se
 def _chunk_fn(model, tx, aug_cfg, cfg, compiler_options: tuple, seeds: int):
   chunk = chunk_body(model, tx, aug_cfg, cfg)
   if seeds:
-    chunk = jax.vmap(chunk, in_axes=(0, 0, 0, DeviceData(None, None, 0), 0, None))
+    chunk = jax.vmap(chunk, in_axes=(0, 0, 0, DeviceData(None, None, 0, None), 0, None))
   return jax.jit(chunk, donate_argnums=(0,), compiler_options=dict(compiler_options) or None)
 
 

@@ -65,15 +65,17 @@ class ContinualRun:
     self.replicated = NamedSharding(self.mesh, P())
     self.batch_sharding = NamedSharding(self.mesh, P(None, "data"))
     put = lambda x, dtype=None: jax.device_put(np.asarray(x, dtype), self.replicated)
-    self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), put(s.angles, np.float32))
-    self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32))
+    self.host = self._fresh_host_state()
+    tags = put(np.arange(s.num_tasks), np.int32)
+    self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), put(s.angles, np.float32), tags)
+    self._put_slots()
+    self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32), tags)
     # Built on the default device, then replicated: one init program whatever the mesh.
     sample_shape = (2,) + tuple(self.dataset.train_images.shape[1:])
     self.state: TrainState = jax.device_put(create_train_state(self.model, self.tx, sample_shape, config.seed),
                                             self.replicated)
     self.past: Optional[PastModel] = None
     self.ckpt = checkpoint.Checkpointer(self.workdir)
-    self.host = self._fresh_host_state()
     self.writer = None
 
   def _fresh_host_state(self) -> dict:
@@ -82,7 +84,11 @@ class ContinualRun:
     return {"progress": {"task": 0, "epoch": 0, "call": 0, "boundary_done": False, "partial": []},
             "memory": {"indices": [], "tasks": []}, "mask": [True] * d,
             "acc": {n: [[None] * t for _ in range(t)] for n in names}, "overall": {n: [None] * t for n in names},
-            "probe_epoch": [None] * t, "boundaries": [], "curves": [], "wall_time_s": 0.0}
+            "probe_epoch": [None] * t, "boundaries": [], "curves": [], "wall_time_s": 0.0,
+            # The learner's segments (tasks as it knows them: the stream's tasks unless it detects them), its
+            # slots (domain, contrastive tag) and the passes it trained.
+            "segment": {"index": 0, "epoch": 0, "passes": [], "seen": 0}, "slots": self.stream.initial_slots(),
+            "steps_done": 0, "pass_log": []}
 
   # ---------------------------------------------------------------- checkpoint
   def _trees(self):
@@ -103,6 +109,7 @@ class ContinualRun:
     self.state = put(trees["state"])
     self.past = PastModel(*put(tuple(trees["past"]))) if meta.pop("has_past") else None
     self.host = meta
+    self._put_slots()
     return True
 
   # ---------------------------------------------------------------- task pieces
@@ -114,39 +121,94 @@ class ContinualRun:
   def _set_memory(self, mem: memory_lib.Memory):
     self.host["memory"] = {"indices": mem.indices.tolist(), "tasks": mem.tasks.tolist()}
 
+  # ---------------------------------------------------------------- segments and slots
+  def _put_slots(self) -> None:
+    """The device's slot tables (rotation angle and contrastive tag of every slot) from the host's slot list."""
+    n, slots = self.stream.slot_capacity, self.host["slots"]
+    angles, tags = np.zeros(n, np.float32), np.zeros(n, np.int32)
+    for i, (domain, tag) in enumerate(slots):
+      angles[i], tags[i] = self.stream.angles[domain], tag
+    put = lambda x: jax.device_put(x, self.replicated)
+    self.data = self.data._replace(angles=put(angles), tags=put(tags))
+
+  def slot(self, t: int) -> int:
+    """The slot of task t's samples in the current segment (a new slot when the pair is new)."""
+    key, slots = list(self.stream.slot_key(t, self.host["segment"]["index"])), self.host["slots"]
+    if key not in slots:
+      slots.append(key)
+      self._put_slots()
+    return slots.index(key)
+
+  def segment_samples(self) -> Batch:
+    """The stream samples the current segment trained on (every task and slot of its passes)."""
+    parts = [pools.task_pool(self.stream, t, slot) for t, slot in self.host["segment"]["passes"]]
+    return pools.concat_pools(*parts) if parts else pools.empty_pool()
+
+  def incoming(self, t: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``detection.window`` samples epoch e of task t serves (training-set indices, their domains):
+    what a detector sees."""
+    idx = np.random.default_rng([self.config.seed, t, e, 0x6E6577]).permutation(self.stream.train_indices(t))
+    idx = idx[:self.config.detection.window]
+    return idx, np.full(len(idx), self.stream.task_domain(t))
+
+  def embed(self, index, domain) -> np.ndarray:
+    """Eval-mode embeddings of training images at their domains' rotations (a detector's view of a batch)."""
+    view = self.data._replace(angles=jax.device_put(np.asarray(self.stream.angles, np.float32), self.replicated))
+    return np.asarray(probe.extract_features(self.model, self.state.variables(), view, np.asarray(index),
+                                             np.asarray(domain), self.aug_cfg, batch_size=len(index),
+                                             kind="embedding"))
+
   def boundary(self, t: int) -> None:
-    """Memory update, past-model snapshot and LASP work before training task t >= 1."""
+    """A new segment before epoch ``progress.epoch`` of task t: memory update from the segment that ends,
+    past-model snapshot and LASP work on the data it starts with."""
     checkpoint.fault_point(f"boundary:{t}")
-    c, s = self.config, self.stream
-    mem = s.update_memory(self.memory, task=t, capacity=c.memory.size, seed=c.seed)
+    c, s, seg = self.config, self.stream, self.host["segment"]
+    previous, seen = self.segment_samples(), seg["seen"]
+    k = seg["index"] + 1
+    self.host["segment"] = {"index": k, "epoch": 0, "passes": [], "seen": seen + len(previous.index)}
+    mem = s.update_memory(self.memory, task=k, capacity=c.memory.size, seed=c.seed, previous=previous, seen=seen)
     self._set_memory(mem)
     if not config_lib.method(c).distill:
       return
     self.past = past_model(self.state)
     if not (config_lib.uses_sd(c) or config_lib.uses_gm(c)):
       return
-    res = lookahead.at_boundary(self, t, mem)
+    res = lookahead.at_boundary(self, k, mem, pools.training_pool(s, mem, t, self.slot(t)))
     if config_lib.uses_sd(c):
       self.host["mask"] = res.mask.tolist()
     if res.gamma is not None:
       self.state = self.state.replace(opt_state=modulation.set_salience(self.state.opt_state, res.gamma))
-    self.host["boundaries"].append(dict(task=t, **res.info))
+    info = dict(task=t, **res.info)
+    if not s.given_boundaries:
+      info.update(segment=k, step=self.host["steps_done"])
+    self.host["boundaries"].append(info)
     if res.info["sd_fallback_to_full_ird"] and config_lib.uses_sd(c):
       tqdm.tqdm.write(f"task {t}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to full IRD",
                       file=sys.stderr)
 
   def train_pool(self, t: int) -> tuple[Batch, int]:
     """Task t's training pool as the method defines it, and the samples of one epoch (pools.method_pool)."""
-    return pools.method_pool(config_lib.method(self.config), self.stream, self.memory, t)
+    return pools.method_pool(config_lib.method(self.config), self.stream, self.memory, t, self.slot(t))
 
-  def task_plan(self, t: int) -> dict:
-    """What training task t needs before its first epoch: pool, epoch size, the lr of every step, mask."""
-    c = self.config
+  def task_epochs(self, t: int) -> int:
+    """The passes the stream makes over task t's data."""
+    return self.config.train.epochs_first if t == 0 else self.config.train.epochs
+
+  def epoch_plan(self, t: int) -> dict:
+    """What the next epoch of task t needs: pool, epoch size, the lr of each of its steps, mask, shuffle seed.
+
+    The schedule and the shuffle follow the learner's segment: its first ``train.epochs_first`` (segment 0)
+    or ``train.epochs`` epochs anneal as a task's would, later ones stay at the schedule's last value.
+    """
+    c, seg = self.config, self.host["segment"]
     pool, per_epoch = self.train_pool(t)
-    spe, epochs = num_steps(per_epoch, c.train.batch_size), c.train.epochs_first if t == 0 else c.train.epochs
-    lrs = task_lrs(c.train, epochs=epochs, steps_per_epoch=spe)
-    return dict(pool=pool, per_epoch=per_epoch, spe=spe, epochs=epochs, lrs=lrs,
-                mask=jnp.asarray(self.host["mask"], bool))
+    spe = num_steps(per_epoch, c.train.batch_size)
+    lrs = task_lrs(c.train, epochs=self.task_epochs(0) if seg["index"] == 0 else c.train.epochs,
+                   steps_per_epoch=spe)
+    start = seg["epoch"] * spe
+    lrs = lrs[start:start + spe] if start < len(lrs) else np.full(spe, lrs[-1])
+    return dict(pool=pool, per_epoch=per_epoch, spe=spe, epochs=self.task_epochs(t), lrs=lrs,
+                mask=jnp.asarray(self.host["mask"], bool), shuffle=[c.seed, seg["index"], seg["epoch"]])
 
   def epoch_chunks(self, t: int, e: int, plan: dict) -> tuple[list, list]:
     """Epoch e's chunks of batches ((steps_per_call, B) per field) and the lr of each real step.
@@ -157,14 +219,14 @@ class ContinualRun:
     them the chunk's length.
     """
     c, spe, spc = self.config, plan["spe"], self.config.train.steps_per_call
-    batches = epoch_batches(plan["pool"], c.train.batch_size, spc, np.random.default_rng([c.seed, t, e]),
+    batches = epoch_batches(plan["pool"], c.train.batch_size, spc, np.random.default_rng(plan["shuffle"]),
                             take=plan["per_epoch"])
-    lrs = plan["lrs"][e * spe:(e + 1) * spe].astype(np.float32)
+    lrs = plan["lrs"].astype(np.float32)
     return ([Batch(*[f[k] for f in batches]) for k in range(len(batches.index))],
             [lrs[a:a + spc] for a in range(0, spe, spc)])
 
-  def progress_bar(self, t: int, plan: dict):
-    return tqdm.tqdm(total=plan["epochs"], initial=self.host["progress"]["epoch"], desc=f"task {t}",
+  def progress_bar(self, t: int, epochs: int):
+    return tqdm.tqdm(total=epochs, initial=self.host["progress"]["epoch"], desc=f"task {t}",
                      disable=not self.config.progress, leave=True)
 
   def epoch_start(self) -> tuple[float, list]:
@@ -179,23 +241,38 @@ class ContinualRun:
     rate = n[len(outs[0]):].sum() / max(time.perf_counter() - t0, 1e-9)
     m, n = m[n > 0], n[n > 0]
     means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
-    lr = float(plan["lrs"][min((e + 1) * plan["spe"], len(plan["lrs"])) - 1])
+    lr = float(plan["lrs"][-1])
     tc = self.config.train
     refs = health.reference_values(chunks, temperature=tc.temperature, base_temperature=tc.base_temperature)
     self.host["curves"].append({"task": t, "epoch": e + 1, **means, "lr": lr, **refs})
-    self.host["progress"].update(epoch=e + 1, call=0, partial=[])
+    self._log_pass(t, e, plan)
+    self.host["progress"].update(epoch=e + 1, call=0, partial=[], boundary_done=False,
+                                 lr_max=max(self.host["progress"].get("lr_max", 0.0), float(np.max(plan["lrs"]))))
     bar.update(1)
     bar.set_postfix(loss=f"{means['loss']:.3f}", ird=f"{means['ird']:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
     if self.writer:
       for k, v in {**means, "lr": lr}.items():
         self.writer.add_scalar(f"{k}_{t}", v, int(self.state.step))
 
-  def end_task(self, t: int, bar, plan: dict) -> None:
+  def _log_pass(self, t: int, e: int, plan: dict) -> None:
+    """The pass just trained, in the log (task, epoch, first step, steps) and in the learner's segment."""
+    self.host["pass_log"].append({"task": t, "epoch": e, "step": self.host["steps_done"], "steps": plan["spe"]})
+    self.host["steps_done"] += plan["spe"]
+    self.host["segment"]["epoch"] += 1
+
+  def note_pass(self, t: int) -> None:
+    """Task t's data joins the current segment's (what its boundary's memory update draws from)."""
+    seg, key = self.host["segment"], [t, self.slot(t)]
+    if key not in seg["passes"]:
+      seg["passes"].append(key)
+
+  def end_task(self, t: int, bar) -> None:
     """Closes the task's progress bar and runs the health checks on it (one line per flag, kept for results)."""
     bar.close()
     c = self.config
     boundary = next((b for b in self.host["boundaries"] if b["task"] == t), None)
-    flags = health.task_flags(t, self.host["curves"], lrs=plan["lrs"], floor=c.train.lr * c.train.lr_min_ratio,
+    flags = health.task_flags(t, self.host["curves"], lrs=[self.host["progress"].get("lr_max", c.train.lr)],
+                              floor=c.train.lr * c.train.lr_min_ratio,
                               boundary=boundary, selective=config_lib.uses_sd(c))
     for f in flags:
       tqdm.tqdm.write(f.line(), file=sys.stderr)
@@ -205,7 +282,7 @@ class ContinualRun:
     loop.train_in_lockstep([self], t, self)
 
   # The chunk executor of one run (train_in_lockstep): the run's own state, its chunk program.
-  def begin_task(self, plans) -> None:
+  def begin_epoch(self, plans) -> None:
     self._mask = plans[0]["mask"]
 
   def execute(self, chunks, lrs) -> list:
@@ -273,11 +350,13 @@ class ContinualRun:
                       file=sys.stderr)
     self.writer = report.tensorboard_writer(self.workdir)
 
-  def before_task(self, t: int) -> None:
+  def before_epoch(self, t: int) -> None:
+    """A boundary before the next epoch of task t if the stream says (or its detector finds) one is due."""
     prog = self.host["progress"]
     if not prog["boundary_done"]:
-      if t > 0:
+      if self.stream.new_segment(self, t, prog["epoch"]):
         self._timed("boundary_s", self.boundary, t)
+      self.note_pass(t)
       prog["boundary_done"] = True
 
   def after_task(self, t: int) -> None:
@@ -294,7 +373,7 @@ class ContinualRun:
         self._timed("baselines_s", functools.partial(self.raw_pixel_baseline, pd=pd), t)
     if self.on_task_end is not None:
       self.host.setdefault("extra", []).append({"task": t, **(self.on_task_end(self, t) or {})})
-    self.host["progress"].update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[])
+    self.host["progress"].update(task=t + 1, epoch=0, call=0, boundary_done=False, partial=[], lr_max=0.0)
     self.save()
 
   def finish(self) -> dict:
@@ -309,8 +388,7 @@ class ContinualRun:
     return results
 
   def run_task(self, t: int) -> None:
-    self.before_task(t)
-    self._timed("train_s", self.train_task, t)
+    charge_training([self], self.train_task, t)
     self.after_task(t)
 
   def run(self) -> dict:
@@ -322,6 +400,19 @@ class ContinualRun:
   def results(self) -> dict:
     wall = self.host["wall_time_s"] + time.perf_counter() - self._t_start
     return report.results(self.config, self.stream, self.host, wall_time_s=wall)
+
+
+def charge_training(runs, train, t: int) -> None:
+  """Runs ``train(t)`` (task t's epochs of ``runs``) and adds its wall seconds, less the boundaries it ran
+  (their own phase, ``boundary_s``), to every run's ``train_s``: a shared program's time is every seed's."""
+  before = [r.host.setdefault("timing", {}).get("boundary_s", 0.0) for r in runs]
+  t0 = time.perf_counter()
+  train(t)
+  jax.block_until_ready([r.state.params for r in runs])
+  spent = sum(r.host["timing"].get("boundary_s", 0.0) - b for r, b in zip(runs, before))
+  elapsed = time.perf_counter() - t0 - spent
+  for r in runs:
+    r.host["timing"]["train_s"] = round(r.host["timing"].get("train_s", 0.0) + elapsed, 3)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:

@@ -11,7 +11,8 @@ class DeviceData(NamedTuple):
   """The training set, resident on the device(s)."""
   images: jax.Array   # (N, H, W, C) uint8
   labels: jax.Array   # (N,) int32
-  angles: jax.Array   # (num_tasks,) float32 degrees, indexed by a sample's domain
+  angles: jax.Array   # (slots,) float32 degrees, indexed by a sample's domain field (its slot)
+  tags: jax.Array     # (slots,) int32 contrastive tag of a slot (the domain when boundaries are given)
 
 
 class Batch(NamedTuple):

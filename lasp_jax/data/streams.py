@@ -13,11 +13,11 @@ this module only config validation reads the scenario's name.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Optional
 
 import numpy as np
 
-from lasp_jax import memory as memory_lib
+from lasp_jax import boundaries, memory as memory_lib
 from lasp_jax.data import sources
 from lasp_jax.data.sources import ArrayDataset
 from lasp_jax.errors import ConfigError
@@ -36,6 +36,7 @@ class TaskStream:
   class_order: np.ndarray
 
   scenario: ClassVar[str]
+  default_detector: ClassVar[str]  # the boundary detector of config.detection.detector='auto' (boundaries.py)
   metrics: ClassVar[tuple]        # the accuracy metrics a probe reports, in results.json's order
   rotates: ClassVar[bool]         # views are rotated by their sample's domain angle
   probe_crops_current: ClassVar[bool]  # the probe re-augments the current task's rows (else rotate only)
@@ -63,9 +64,36 @@ class TaskStream:
   def num_contrastive_classes(self) -> int:
     raise NotImplementedError
 
-  def update_memory(self, memory: memory_lib.Memory, *, task: int, capacity: int, seed: int) -> memory_lib.Memory:
-    """The replay memory for training task ``task`` >= 1, built from the one before."""
+  def update_memory(self, memory: memory_lib.Memory, *, task: int, capacity: int, seed: int,
+                    previous=None, seen: int = 0) -> memory_lib.Memory:
+    """The replay memory for training segment ``task`` >= 1, built from the one before.
+
+    ``previous``: the stream samples the segment before trained on (a ``pools`` Batch; its domain field is
+    each sample's slot), ``seen`` the stream samples of the segments before that; ``None``: task ``task - 1``.
+    """
     raise NotImplementedError
+
+  def slot_key(self, t: int, segment: int) -> tuple[int, int]:
+    """(domain, contrastive tag) of task t's samples trained in the learner's segment ``segment``."""
+    raise NotImplementedError
+
+  def initial_slots(self) -> list:
+    """The slot table a run starts from: slot d is domain d with tag ``slot_key``'s (given boundaries)."""
+    return [list(self.slot_key(t, t)) for t in range(self.num_tasks)]
+
+  @property
+  def slot_capacity(self) -> int:
+    return self.num_tasks
+
+  given_boundaries: ClassVar[bool] = True
+
+  def new_segment(self, run, t: int, e: int) -> bool:
+    """Whether a boundary comes before epoch e of task t: told by the stream, at every task's start."""
+    return t > 0 and e == 0
+
+  def detection_record(self, host: dict) -> Optional[dict]:
+    """What results.json reports about boundary detection (nothing when the boundaries are given)."""
+    return None
 
   def memory_domains(self, memory: memory_lib.Memory) -> np.ndarray:
     """Each memory sample's domain."""
@@ -86,6 +114,7 @@ class TaskStream:
 class ClassIncremental(TaskStream):
   """Class-incremental tasks: Class-IL and Task-IL."""
   scenario = "class"
+  default_detector = "novelty"
   metrics = ("class_il", "task_il")
   rotates = False
   probe_crops_current = True
@@ -110,9 +139,14 @@ class ClassIncremental(TaskStream):
   def num_contrastive_classes(self):
     return self.num_classes
 
-  def update_memory(self, memory, *, task, capacity, seed):
-    return memory_lib.class_balanced_update(memory, self.train_labels, self.task_classes(task - 1), capacity, task,
+  def update_memory(self, memory, *, task, capacity, seed, previous=None, seen=0):
+    del seen
+    classes = self.task_classes(task - 1) if previous is None else np.unique(self.train_labels[previous.index])
+    return memory_lib.class_balanced_update(memory, self.train_labels, classes, capacity, task,
                                             memory_lib.memory_rng(seed, task))
+
+  def slot_key(self, t, segment):
+    return (0, 0)  # one domain; no contrastive tags
 
   def memory_domains(self, memory):
     return np.zeros(len(memory), np.int64)
@@ -131,6 +165,7 @@ class ClassIncremental(TaskStream):
 class DomainIncremental(TaskStream):
   """Rotated digits: every task holds every class at its own angle; Domain-IL."""
   scenario = "domain"
+  default_detector = "shift"
   metrics = ("domain_il",)
   rotates = True
   probe_crops_current = False  # the published R-MNIST probe rotates the current task's images without cropping
@@ -155,9 +190,14 @@ class DomainIncremental(TaskStream):
   def num_contrastive_classes(self):
     return self.num_classes * self.num_tasks
 
-  def update_memory(self, memory, *, task, capacity, seed):
-    return memory_lib.reservoir_update(memory, len(self.train_labels), capacity, task,
-                                       memory_lib.memory_rng(seed, task))
+  def update_memory(self, memory, *, task, capacity, seed, previous=None, seen=0):
+    rng = memory_lib.memory_rng(seed, task)
+    if previous is None:
+      return memory_lib.reservoir_update(memory, len(self.train_labels), capacity, task, rng)
+    return memory_lib.reservoir_add(memory, previous.index, previous.domain, capacity=capacity, seen=seen, rng=rng)
+
+  def slot_key(self, t, segment):
+    return (t, segment)  # the rotation is the image's; the tag the segment the learner saw it in
 
   def memory_domains(self, memory):
     return memory.tasks
@@ -174,6 +214,64 @@ class DomainIncremental(TaskStream):
     if capacity > len(self.train_labels):
       raise ConfigError(f"memory.size {capacity} is larger than a domain's {len(self.train_labels)} training "
                         f"images: the reservoir could never fill it")
+
+
+class TaskFree:
+  """A stream that does not say where its tasks begin: the learner detects it (``config.boundaries='detected'``).
+
+  It serves the same passes as the stream it wraps (``inner``, whose other rules it keeps), but a boundary comes
+  where the detector fires on a pass's first batch (boundaries.py), not where a task starts; every pass can
+  open a new segment, so the slot table (domain, contrastive tag) grows up to one entry per pass.
+  """
+  given_boundaries = False
+
+  def __init__(self, inner: TaskStream, *, detector: str, threshold: float, passes: int):
+    self.inner, self.threshold, self.passes = inner, threshold, passes
+    self.detector = inner.default_detector if detector == "auto" else detector
+
+  def __getattr__(self, name):
+    return getattr(self.inner, name)
+
+  def initial_slots(self) -> list:
+    return []
+
+  @property
+  def slot_capacity(self) -> int:
+    return self.passes
+
+  @property
+  def num_contrastive_classes(self) -> int:
+    return self.num_classes * self.passes if self.contrastive_offset else self.inner.num_contrastive_classes
+
+  def new_segment(self, run, t: int, e: int) -> bool:
+    """The detector's verdict on the first samples of epoch e of task t (the task is the stream's, not the
+    learner's: only the samples' images and labels reach the detector). Kept in ``run.host['detection']``."""
+    state = run.host.setdefault("detection", {"seen": [], "previous": None, "observations": [], "detected": []})
+    index, domain = run.incoming(t, e)
+    labels = self.train_labels[index]
+    obs = {"step": run.host["steps_done"]}
+    if state["previous"] is None:
+      fired = False
+    elif self.detector == "novelty":
+      fired = obs["novel"] = boundaries.label_novelty(labels=labels, seen=state["seen"])
+    else:
+      prev = state["previous"]
+      obs["shift"] = boundaries.mean_shift(run.embed(prev["index"], prev["domain"]), run.embed(index, domain))
+      fired = boundaries.embedding_shift(value=obs["shift"], threshold=self.threshold)
+    state["seen"] = sorted(set(state["seen"]) | set(labels.tolist()))
+    state["previous"] = {"index": index.tolist(), "domain": domain.tolist()}
+    state["observations"].append(obs)
+    if fired:
+      state["detected"].append(run.host["steps_done"])
+    return fired
+
+  def detection_record(self, host: dict) -> dict:
+    """True boundaries (first step of every task after the first, window one epoch), detections, scores."""
+    firsts = [p for p in host["pass_log"] if p["task"] > 0 and p["epoch"] == 0]
+    state = host.get("detection", {"detected": []})
+    return {"detector": self.detector, "threshold": self.threshold if self.detector == "shift" else None,
+            **boundaries.scores([p["step"] for p in firsts], [p["steps"] for p in firsts], state["detected"]),
+            "observations": state.get("observations", [])}
 
 
 def class_incremental(data: ArrayDataset, num_tasks: int, class_order=None) -> ClassIncremental:
@@ -214,8 +312,9 @@ def domain_incremental(data: ArrayDataset, num_tasks: int, seed: int,
                            angles, test_angles, np.arange(data.num_classes))
 
 
-def make_stream(data: ArrayDataset, config) -> TaskStream:
-  """The stream ``config.data.scenario`` names, checked against ``config.memory.size`` and the batch size."""
+def make_stream(data: ArrayDataset, config):
+  """The stream ``config.data.scenario`` names, checked against ``config.memory.size`` and the batch size;
+  a :class:`TaskFree` around it when ``config.boundaries='detected'``."""
   d = config.data
   if d.scenario == "domain":
     stream = domain_incremental(data, d.num_tasks, config.seed, d.rmnist_test_uses_last_angle,
@@ -223,6 +322,10 @@ def make_stream(data: ArrayDataset, config) -> TaskStream:
   else:
     stream = class_incremental(data, d.num_tasks, tuple(d.class_order))
   stream.check_memory(config.memory.size)
+  if config.boundaries == "detected":
+    passes = config.train.epochs_first + (stream.num_tasks - 1) * config.train.epochs
+    stream = TaskFree(stream, detector=config.detection.detector, threshold=config.detection.shift_threshold,
+                      passes=passes)
   smallest = min(len(stream.train_indices(t)) for t in range(stream.num_tasks))
   if config.train.batch_size > smallest:
     raise ConfigError(f"train.batch_size {config.train.batch_size} is larger than the smallest task's {smallest} "

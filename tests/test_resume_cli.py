@@ -116,6 +116,10 @@ def test_a_changed_config_is_refused_unless_forced_and_never_restarts(changed_co
     (["--config.method=joint", "--config.train.schedule=cosine"], "unknown train.schedule 'cosine'"),
     (["--config.data.scenario=domain", "--config.data.rotation_angles=(10.0,20.0)"],
      "data.rotation_angles has 2 angles for 5 tasks"),
+    (["--config.boundaries=detected", "--config.method=joint"], "method 'joint' trains on every earlier task's data"),
+    (["--config.boundaries=detected", "--config.num_seeds=2", "--config.seeds_mode=vmap"],
+     "boundaries='detected' with seeds_mode='vmap'"),
+    (["--config.boundaries=sometimes"], "unknown boundaries 'sometimes'"),
 ])
 def test_cli_errors_are_one_clear_line(tmp_path, args, message):
   out = subprocess.run([sys.executable, "-m", "lasp_jax.main", "--config=configs/tiny.py",

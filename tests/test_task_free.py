@@ -1,0 +1,133 @@
+"""Task-free streams (boundaries='detected'): detectors, their scores, runs against given boundaries, resume."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lasp_jax import boundaries, train
+from tests.conftest import tiny_config
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.xdist_group("task_free")
+
+DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False}
+SAME = ("acc_matrix", "final", "curves", "health")
+
+
+def test_scores_hand_values():
+  # Boundaries at 10 and 30, one epoch = 5 steps: 10 and 33 match (delays 0 and 3), 50 is a false positive.
+  s = boundaries.scores([10, 30], [5, 5], [10, 33, 50])
+  assert (s["precision"], s["recall"], s["mean_delay_steps"]) == (2 / 3, 1.0, 1.5)
+  # Before the boundary or past its window: no match.
+  s = boundaries.scores([10, 30], [5, 5], [9, 36])
+  assert (s["precision"], s["recall"], s["mean_delay_steps"]) == (0.0, 0.0, None)
+  # Two detections of one boundary: one matches, the other is a false positive.
+  assert boundaries.scores([10], [5], [10, 12])["precision"] == 0.5
+  assert boundaries.scores([10], [5], [])["recall"] == 0.0
+
+
+def test_label_novelty_and_mean_shift_by_hand():
+  assert boundaries.label_novelty(labels=[2, 3], seen=[0, 1, 2])
+  assert not boundaries.label_novelty(labels=[1, 1, 0], seen=[0, 1, 2])
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(size=(512, 64)), rng.normal(size=(512, 64))
+  assert boundaries.mean_shift(a, a) == 0.0
+  assert 0.7 < boundaries.mean_shift(a, b) < 1.4  # one distribution: about 1
+  # Means 0.5 std apart: 256 * 0.25 / (pooled var 1.06) = 60 by hand.
+  np.testing.assert_allclose(boundaries.mean_shift(a, b + 0.5), 60.0, rtol=0.15)
+  # Two features, one constant in both batches (left out): the other's means differ by 2, pooled variance 1,
+  # n_a n_b / (n_a + n_b) = 1 -> 4.
+  x, y = np.array([[0.0, 5.0], [2.0, 5.0]]), np.array([[2.0, 5.0], [4.0, 5.0]])
+  np.testing.assert_allclose(boundaries.mean_shift(x, y), 4.0)
+
+
+@pytest.fixture(scope="module")
+def domain_runs(tmp_path_factory):
+  """Tiny Rotated MNIST5k (3 domains), SD: given boundaries, detected ones, and detectors firing never/always."""
+  out = {}
+  for name, over in [("given", {}), ("detected", {"boundaries": "detected"}),
+                     ("never", {"boundaries": "detected", "detection.shift_threshold": 1e9}),
+                     ("always", {"boundaries": "detected", "detection.shift_threshold": 1e-9})]:
+    run = train.ContinualRun(tiny_config(**DOMAIN, **over), tmp_path_factory.mktemp(name))
+    out[name] = run, run.run()
+  return out
+
+
+def test_detected_domain_boundaries_are_found_and_match_the_given_run(domain_runs):
+  _, given = domain_runs["given"]
+  run, got = domain_runs["detected"]
+  bd = got["boundary_detection"]
+  assert bd["detector"] == "shift" and bd["recall"] == 1.0 and bd["precision"] >= 0.8, bd
+  assert bd["detected"] == bd["true"] and bd["mean_delay_steps"] == 0.0
+  # Found where the tasks start, the learner does what given boundaries do: the same run.
+  for k in SAME:
+    assert got[k] == given[k], k
+  assert run.host["slots"] == [[0, 0], [1, 1], [2, 2]]
+  assert "boundary_detection" not in given
+
+
+def test_detectors_that_fire_never_or_always_fail_the_scores(domain_runs):
+  never_run, never = domain_runs["never"]
+  assert never["boundary_detection"]["recall"] == 0.0 and never["boundary_detection"]["detected"] == []
+  # One segment: every domain's samples carry the learner's tag 0 (its only segment), not their domain.
+  assert never_run.host["slots"] == [[0, 0], [1, 0], [2, 0]]
+  assert never["boundaries"] == []  # no memory update, no past model, no search
+  _, always = domain_runs["always"]
+  bd = always["boundary_detection"]
+  # Every pass after the first opens a segment: 5 detections for 2 boundaries.
+  assert len(bd["detected"]) == 5 and bd["recall"] == 1.0 and bd["precision"] == 0.4
+  assert always["final"] != domain_runs["given"][1]["final"]
+
+
+def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
+  over = {"data.num_tasks": 5, "eval.raw_pixels": False}
+  given = train.ContinualRun(tiny_config(**over), tmp_path / "given").run()
+  got = train.ContinualRun(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()
+  bd = got["boundary_detection"]
+  assert bd["detector"] == "novelty" and bd["precision"] == bd["recall"] == 1.0 and bd["detected"] == bd["true"]
+  for k in SAME:
+    assert got[k] == given[k], k
+
+
+ARGS = ["--config=configs/tiny.py", "--config.data.scenario=domain", "--config.data.num_tasks=3",
+        "--config.train.epochs=2", "--config.boundaries=detected", "--config.eval.raw_pixels=False",
+        "--config.train.checkpoint_every_steps=16"]
+TIMING = {"wall_time_s", "search_s", "eb_s", "timing"}
+
+
+def main(workdir, fault=None):
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.pop("LASP_FAULT", None)
+  if fault:
+    env["LASP_FAULT"] = fault
+  return subprocess.run([sys.executable, "-m", "lasp_jax.main", f"--workdir={workdir}", *ARGS],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def strip_timing(obj):
+  if isinstance(obj, dict):
+    return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING}
+  if isinstance(obj, list):
+    return [strip_timing(v) for v in obj]
+  return obj
+
+
+def test_a_detected_boundary_run_killed_mid_task_and_at_a_boundary_resumes_exactly(tmp_path):
+  # Killed in task 1's second epoch (its boundary detected, a mid-epoch checkpoint saved), at the detected
+  # boundary of task 2, then finished: equal to the uninterrupted run, detections included.
+  ref = main(tmp_path / "ref")
+  assert ref.returncode == 0, ref.stderr[-3000:]
+  wd = tmp_path / "resumed"
+  for fault in ["step:1:1:32", "boundary:2", None]:
+    out = main(wd, fault)
+    if fault:
+      assert out.returncode == -9, (fault, out.stderr[-3000:])
+  assert out.returncode == 0 and "resuming" in out.stderr, out.stderr[-3000:]
+  got, want = (json.loads((d / "results.json").read_text()) for d in (wd, tmp_path / "ref"))
+  assert want["boundary_detection"]["recall"] == 1.0
+  assert strip_timing(got) == strip_timing(want)

@@ -1,9 +1,10 @@
 """Task-free LASP: the same runs with the task boundaries given and detected, side by side.
 
-    python -m experiments.task_free [--points=mnist5k,rmnist_cpu] [--seeds=3] [--method=sd]
+    python -m experiments.task_free [--points=mnist5k,mnist5k_rot,rmnist_cpu] [--seeds=3] [--method=sd]
 
-Each point is a repository config (``configs/<point>.py``): Split-MNIST5k (Class-IL, label-novelty detector)
-and Rotated MNIST on 2 cores (Domain-IL, embedding-shift detector). Every run lives in
+Each point is a repository config (``configs/<point>.py``): Split-MNIST5k (Class-IL, label-novelty detector),
+Rotated MNIST5k (Domain-IL, 2 passes per later domain: a detector must also stay quiet inside a domain) and
+Rotated MNIST on 2 cores (Domain-IL, embedding-shift detector). Every run lives in
 ``results/task_free/runs/<point>_<method>_<boundaries>_seed<k>/`` (results.json; checkpoints removed when
 it finishes); a rerun skips finished runs. Writes ``results/task_free/table.md`` and ``runs.json``: per seed
 the final accuracy with given and with detected boundaries, the detection's precision, recall and delay,
@@ -24,7 +25,7 @@ from lasp_jax import config_lib, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("points", ["mnist5k", "rmnist_cpu"], "Configs (configs/<name>.py) to compare.")
+flags.DEFINE_list("points", ["mnist5k", "mnist5k_rot", "rmnist_cpu"], "Configs (configs/<name>.py) to compare.")
 flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1.")
 flags.DEFINE_string("method", "sd", "Method of every run.")
 flags.DEFINE_string("results", "results/task_free", "Output folder.")

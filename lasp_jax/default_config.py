@@ -49,6 +49,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.batch_norm = False     # mnistnet: BatchNorm before every ReLU (the published net has none)
   c.model.embedding_dim = 128
   c.model.normalize_embedding = True
+  c.model.head_center = False     # subtract the batch mean from the head's output (models.Center)
   c.model.conv_backward = "auto"  # auto | matmul (im2col) | conv (forward convs) | xla: conv gradients; auto per net on CPU
   c.model.cpu_convs = "auto"      # auto | ynnpack | xla: XLA:CPU convolution kernels, train step (cpu_kernels.py)
   c.model.past_bn = "batch"      # past model BN: batch (train-mode stats, Co2L) | running (eval mode, LASP release)

@@ -26,6 +26,10 @@ def get_config():
   # BatchNorm: without it SupCon on 2-digit tasks collapses the BN-free net to a constant embedding
   # after task 0 (2/3 of its units dead, zero gradient).
   c.model.batch_norm = True
+  # The head's output centred on the batch: without it a 2-digit task can collapse the embedding through a
+  # common offset of the head's output (finetune seeds 0-1: SupCon at the constant-embedding value from task 1
+  # on, gradient norm 0.08; models.Center).
+  c.model.head_center = True
   # Batch 64 and a per-step cosine: ~13 steps per epoch and every task starts at the full lr
   # (batch 256 with the per-epoch cosine gave 4 steps per epoch, ending each task at lr * 1e-3).
   c.train.batch_size = 64

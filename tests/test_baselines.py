@@ -229,3 +229,25 @@ def test_every_epoch_reports_the_embedding_and_gradient_norms(sd_run):
   for c in results["curves"]:
     np.testing.assert_allclose(c["z_norm"], 1.0, rtol=1e-5, err_msg=str(c))
     assert c["grad_norm"] > 1e-3, c
+
+
+@pytest.mark.parametrize("center", [True, False], ids=["centred_head", "uncentred_head"])
+def test_finetune_on_split_mnist5k_learns_task_1_only_with_a_centred_head(tmp_path, center):
+  """The offline default's lower bound, tasks 0-1 of seed 0: with the head's output centred, task 1's SupCon ends
+  well below the value of a constant embedding and its loss falls; uncentred, the embedding collapses to one
+  point (SupCon at that value, the gradient gone): the failure models.Center removes."""
+  from configs import mnist5k  # pylint: disable=g-import-not-at-top
+  c = config_lib.override(mnist5k.get_config(), method="finetune", pictures=False, progress=False,
+                          **{"model.head_center": center, "eval.every_task": False, "eval.raw_pixels": False})
+  run = train.ContinualRun(c, tmp_path)
+  run.start()
+  for t in range(2):
+    run.run_task(t)
+  task1 = [r for r in run.host["curves"] if r["task"] == 1]
+  last, const = task1[-1]["supcon"], task1[-1]["supcon_const"]
+  if center:
+    assert last < 0.95 * const and task1[-1]["loss"] <= 0.99 * task1[0]["loss"], task1
+    assert not run.host.get("health")
+  else:
+    assert abs(last - const) < 0.01 * const and task1[-1]["grad_norm"] < 0.2, task1
+    assert "supcon_constant" in {f["check"] for f in run.host["health"]}

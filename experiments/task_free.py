@@ -94,7 +94,7 @@ def main(argv):
       runs.extend({"point": point, "boundaries": b, "seed": seed, "final": r["final"],
                    "boundary_detection": {k: v for k, v in r.get("boundary_detection", {}).items()
                                           if k != "observations"},
-                   "health": r["health"]["checks"], "commit": r["provenance"].get("commit")}
+                   "health": r["health"]["checks"], "commit": r["provenance"].get("git_commit")}
                   for b, r in zip(("given", "detected"), pair))
       print(f"{point} seed {seed}: given {pair[0]['final']}, detected {pair[1]['final']}, "
             f"detection {runs[-1]['boundary_detection']}", flush=True)

@@ -13,9 +13,11 @@ this module only config validation reads the scenario's name.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import ClassVar, Optional
 
 import numpy as np
+import tqdm
 
 from lasp_jax import boundaries, memory as memory_lib
 from lasp_jax.data import sources
@@ -263,6 +265,9 @@ class TaskFree:
     state["observations"].append(obs)
     if fired:
       state["detected"].append(run.host["steps_done"])
+      stat = f"shift {obs['shift']:.1f} > {self.threshold:g}" if "shift" in obs else "new labels"
+      tqdm.tqdm.write(f"boundary detected at step {run.host['steps_done']} ({stat}); the stream's task {t} "
+                      f"starts {'here' if e == 0 else f'{e} epoch(s) earlier'}", file=sys.stderr)
     return fired
 
   def detection_record(self, host: dict) -> dict:

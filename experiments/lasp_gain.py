@@ -63,6 +63,7 @@ class Point:
 
 
 POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3", 6000, 5, 2, 1),
+          Point("p4", 300, 20, 2, 1),  # the paper's 20 domains, at p1's samples drawn
           Point("c1", 1000, 5, 10, 5, "class"), Point("c2", 6000, 5, 4, 2, "class"))
 # The two figures of each scenario: (label, results key, "final" or "diag" = A[T][T]).
 METRICS = {"domain": (("per-angle", "domain_il", "final"), ("last-angle", "domain_il", "diag")),
@@ -271,19 +272,21 @@ def figure(rows, points, path) -> None:
   for ax, scenario, ylabel in ((axes[0], "domain", "SD − Co2L, per-angle Domain-IL (points)"),
                                (axes[1], "class", "SD − Co2L, Class-IL (points)")):
     for k, sd in enumerate(("SD onlycurrent", "SD onlypast")):
-      xs, ms, ss = [], [], []
-      for p in points:
-        g = gains(rows, p.name, sd, "m1") if p.scenario == scenario else []
-        if g:
-          xs.append(p.samples * (1 + 0.05 * k))
-          ms.append(statistics.mean(g))
-          ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
-        if g:
-          failed = sum(1 for r in rows if r["point"] == p.name and r["method"] in (sd, "Co2L") and r["m1"] is None)
-          ax.annotate(f"n={len(g)}" + (f", {failed} failed" if failed else ""), (xs[-1], ms[-1]), fontsize=6,
-                      xytext=(4, -10 + 8 * k), textcoords="offset points", color=f"C{k}")
-      if xs:
-        ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, label=f"{sd} − Co2L (mean ± std over paired seeds)")
+      for domains in sorted({p.domains for p in points if p.scenario == scenario}):
+        xs, ms, ss = [], [], []
+        for p in points:
+          g = gains(rows, p.name, sd, "m1") if p.scenario == scenario and p.domains == domains else []
+          if g:
+            xs.append(p.samples * (1 + 0.05 * k))
+            ms.append(statistics.mean(g))
+            ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
+            failed = sum(1 for r in rows if r["point"] == p.name and r["method"] in (sd, "Co2L") and r["m1"] is None)
+            ax.annotate(f"n={len(g)}" + (f", {failed} failed" if failed else ""), (xs[-1], ms[-1]), fontsize=6,
+                        xytext=(4, -10 + 8 * k), textcoords="offset points", color=f"C{k}")
+        if xs:
+          ax.errorbar(xs, ms, yerr=ss, marker="o" if domains == 5 else "^", capsize=3, color=f"C{k}",
+                      ls="-" if domains == 5 else "none",
+                      label=f"{sd} − Co2L, {domains} tasks (mean ± std over paired seeds)")
     if scenario == "domain":
       ax.plot([PAPER_SCALE["samples"]], [PAPER_SCALE["sd_onlypast"] - PAPER_SCALE["co2l"]], "s", color="C1", ms=8,
               mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed)")

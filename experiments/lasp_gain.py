@@ -63,7 +63,7 @@ class Point:
 
 
 POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3", 6000, 5, 2, 1),
-          Point("p4", 300, 20, 2, 1),  # the paper's 20 domains, at p1's samples drawn
+          Point("p4", 500, 20, 3, 1),  # the paper's 20 domains
           Point("c1", 1000, 5, 10, 5, "class"), Point("c2", 6000, 5, 4, 2, "class"))
 # The two figures of each scenario: (label, results key, "final" or "diag" = A[T][T]).
 METRICS = {"domain": (("per-angle", "domain_il", "final"), ("last-angle", "domain_il", "diag")),

@@ -66,10 +66,10 @@ class ContinualRun:
     self.batch_sharding = NamedSharding(self.mesh, P(None, "data"))
     put = lambda x, dtype=None: jax.device_put(np.asarray(x, dtype), self.replicated)
     self.host = self._fresh_host_state()
-    tags = put(np.arange(s.num_tasks), np.int32)
-    self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), put(s.angles, np.float32), tags)
-    self._put_slots()
-    self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32), tags)
+    self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), None, None)
+    self._put_slots()  # the training images' angles and tags are per slot; the test copies' per task
+    self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32),
+                                put(np.arange(s.num_tasks), np.int32))
     # Built on the default device, then replicated: one init program whatever the mesh.
     sample_shape = (2,) + tuple(self.dataset.train_images.shape[1:])
     self.state: TrainState = jax.device_put(create_train_state(self.model, self.tx, sample_shape, config.seed),

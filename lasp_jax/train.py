@@ -108,9 +108,17 @@ class ContinualRun:
     put = lambda tree: jax.device_put(tree, self.replicated)
     self.state = put(trees["state"])
     self.past = PastModel(*put(tuple(trees["past"]))) if meta.pop("has_past") else None
-    self.host = meta
+    self.host = meta if "segment" in meta else self._with_segments(meta)
     self._put_slots()
     return True
+
+  def _with_segments(self, meta: dict) -> dict:
+    """A checkpoint written before the learner had segments (its boundaries were the tasks'), given them."""
+    p, s = meta["progress"], self.stream
+    t = p["task"] if p["epoch"] or p["boundary_done"] else max(p["task"] - 1, 0)  # the task now in training
+    return {**meta, "segment": {"index": t, "epoch": p["epoch"] if t == p["task"] else self.task_epochs(t),
+                                "passes": [[t, s.task_domain(t)]], "seen": t * len(s.train_indices(0))},
+            "slots": s.initial_slots(), "steps_done": 0, "pass_log": []}
 
   # ---------------------------------------------------------------- task pieces
   @property

@@ -131,3 +131,17 @@ def test_a_detected_boundary_run_killed_mid_task_and_at_a_boundary_resumes_exact
   got, want = (json.loads((d / "results.json").read_text()) for d in (wd, tmp_path / "ref"))
   assert want["boundary_detection"]["recall"] == 1.0
   assert strip_timing(got) == strip_timing(want)
+
+
+@pytest.mark.parametrize("scenario", ["class", "domain"])
+def test_a_checkpoint_from_before_segments_gets_the_segment_its_run_was_in(tmp_path, scenario):
+  """Old checkpoints (no segments, slots or pass log) resume as the given-boundary run they were: the segment
+  rebuilt from the progress equals the one the current code keeps, after task 0 and after task 1."""
+  from tests.conftest import two_tasks  # pylint: disable=import-outside-toplevel
+  run = train.ContinualRun(two_tasks(**{"data.scenario": scenario, "eval.raw_pixels": False}), tmp_path)
+  run.start()
+  for t in range(2):
+    run.run_task(t)
+    old = {k: v for k, v in run.host.items() if k not in ("segment", "slots", "steps_done", "pass_log")}
+    rebuilt = run._with_segments(json.loads(json.dumps(old)))  # pylint: disable=protected-access
+    assert rebuilt["segment"] == run.host["segment"] and rebuilt["slots"] == run.host["slots"], (t, rebuilt["segment"])

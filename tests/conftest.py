@@ -91,6 +91,30 @@ def init(module, x, seed=0, **kwargs):
                  compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
 
+TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s"}
+
+
+def run_cli(workdir, *args, fault=None):
+  """``python -m lasp_jax.main --workdir=WORKDIR ARGS`` in a subprocess; ``fault`` (LASP_FAULT) kills it there."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.pop("LASP_FAULT", None)
+  if fault:
+    env["LASP_FAULT"] = fault
+  return subprocess.run([sys.executable, "-m", "lasp_jax.main", f"--workdir={workdir}", *args],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def strip_timing(obj):
+  """results.json without its wall-clock figures: what two runs of the same work must share exactly."""
+  if isinstance(obj, dict):
+    return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
+  if isinstance(obj, list):
+    return [strip_timing(v) for v in obj]
+  return obj
+
+
 def tiny_config(**overrides):
   """configs/tiny.py with dotted-key overrides, e.g. tiny_config(**{"data.num_tasks": 2}); no pictures unless
   asked for (matplotlib costs ~2 s a run)."""

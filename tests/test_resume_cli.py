@@ -1,13 +1,14 @@
 """Resume after SIGKILL (mid-task, mid-probe) equals an uninterrupted run; CLI errors."""
 
 import json
-import os
 import pathlib
 import shutil
 import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import run_cli, strip_timing
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -20,24 +21,10 @@ pytestmark = pytest.mark.xdist_group("resume_cli")
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
         "--config.train.epochs=1", "--config.train.checkpoint_every_steps=8", "--config.method=sd_gm",
         "--config.eval.raw_pixels=False"]
-TIMING = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s"}
 
 
 def main(workdir, *extra, fault=None):
-  env = dict(os.environ, PYTHONUNBUFFERED="1")
-  env.pop("LASP_FAULT", None)
-  if fault:
-    env["LASP_FAULT"] = fault
-  return subprocess.run([sys.executable, "-m", "lasp_jax.main", f"--workdir={workdir}", *ARGS, *extra],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-
-
-def strip_timing(obj):
-  if isinstance(obj, dict):
-    return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING}
-  if isinstance(obj, list):
-    return [strip_timing(v) for v in obj]
-  return obj
+  return run_cli(workdir, *ARGS, *extra, fault=fault)
 
 
 @pytest.fixture(scope="module")

@@ -1,18 +1,13 @@
 """Task-free streams (boundaries='detected'): detectors, their scores, runs against given boundaries, resume."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from lasp_jax import boundaries, train
-from tests.conftest import tiny_config
+from tests.conftest import run_cli, strip_timing, tiny_config
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.xdist_group("task_free")
 
 DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False}
@@ -97,24 +92,10 @@ def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
 ARGS = ["--config=configs/tiny.py", "--config.data.scenario=domain", "--config.data.num_tasks=3",
         "--config.train.epochs=2", "--config.boundaries=detected", "--config.eval.raw_pixels=False",
         "--config.train.checkpoint_every_steps=16"]
-TIMING = {"wall_time_s", "search_s", "eb_s", "timing"}
 
 
 def main(workdir, fault=None):
-  env = dict(os.environ, PYTHONUNBUFFERED="1")
-  env.pop("LASP_FAULT", None)
-  if fault:
-    env["LASP_FAULT"] = fault
-  return subprocess.run([sys.executable, "-m", "lasp_jax.main", f"--workdir={workdir}", *ARGS],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-
-
-def strip_timing(obj):
-  if isinstance(obj, dict):
-    return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING}
-  if isinstance(obj, list):
-    return [strip_timing(v) for v in obj]
-  return obj
+  return run_cli(workdir, *ARGS, fault=fault)
 
 
 def test_a_detected_boundary_run_killed_mid_task_and_at_a_boundary_resumes_exactly(tmp_path):

@@ -115,7 +115,11 @@ def main(argv):
   by_seed = {(r["protocol"], r["method"], r["seed"]): r for r in published}
   records = list(published)
   seeds_for = dict(kv.split("=") for kv in FLAGS.seeds_for)
-  runs = sorted({(k[0], k[1]) for k in by_seed}) + sorted({(k[0], b) for k in by_seed for b in FLAGS.bounds})
+  # A bound runs once per protocol: protocols that differ only in where SD searched are one protocol for it.
+  per_protocol = {}
+  for key in sorted({k[0] for k in by_seed}):
+    per_protocol.setdefault(json.dumps({**json.loads(key), "srs": None}, sort_keys=True), key)
+  runs = sorted({(k[0], k[1]) for k in by_seed}) + [(key, b) for key in per_protocol.values() for b in FLAGS.bounds]
   for pkey, method in runs:
     for seed in range(int(seeds_for.get(json.loads(pkey)["data"], FLAGS.seeds))):
       mine = [r for k, r in by_seed.items() if k[0] == pkey and k[1] == method] or [

@@ -17,11 +17,11 @@ import importlib
 import json
 import pathlib
 import shutil
-import statistics
 
 from absl import app, flags, logging
 
-from lasp_jax import config_lib, train, xla_cache
+from experiments import aggregate
+from lasp_jax import config_lib, health, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -50,14 +50,11 @@ def metric(results: dict) -> str:
 
 
 def mean_std(xs) -> str:
-  xs = [x for x in xs if x is not None]
-  if not xs:
-    return "-"
-  return f"{statistics.mean(xs):.2f} ({statistics.stdev(xs):.2f})" if len(xs) > 1 else f"{xs[0]:.2f}"
+  return aggregate.cell(aggregate.mean_std(xs))
 
 
 def flags_of(results: dict) -> str:
-  return ", ".join(results["health"]["checks"]) or "ok"
+  return ", ".join(health.flagged_checks(results)) or "ok"
 
 
 def point_table(point: str, pairs: list[tuple[dict, dict]]) -> list[str]:

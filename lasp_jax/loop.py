@@ -20,7 +20,7 @@ def train_in_lockstep(runs, t: int, executor) -> None:
       r.before_epoch(t)
     plans = [r.epoch_plan(t) for r in runs]
     executor.begin_epoch(plans)
-    per_run = [r.epoch_chunks(t, e, p) for r, p in zip(runs, plans)]
+    per_run = [r.epoch_chunks(p) for r, p in zip(runs, plans)]
     lr_e = per_run[0][1]  # one schedule for every run
     starts = [r.epoch_start() for r in runs]
     for k in range(prog0["call"], len(lr_e)):

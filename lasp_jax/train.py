@@ -215,11 +215,11 @@ class ContinualRun:
                    steps_per_epoch=spe)
     start = seg["epoch"] * spe
     lrs = lrs[start:start + spe] if start < len(lrs) else np.full(spe, lrs[-1])
-    return dict(pool=pool, per_epoch=per_epoch, spe=spe, epochs=self.task_epochs(t), lrs=lrs,
-                mask=jnp.asarray(self.host["mask"], bool), shuffle=[c.seed, seg["index"], seg["epoch"]])
+    return dict(pool=pool, per_epoch=per_epoch, spe=spe, lrs=lrs, mask=jnp.asarray(self.host["mask"], bool),
+                shuffle=[c.seed, seg["index"], seg["epoch"]])
 
-  def epoch_chunks(self, t: int, e: int, plan: dict) -> tuple[list, list]:
-    """Epoch e's chunks of batches ((steps_per_call, B) per field) and the lr of each real step.
+  def epoch_chunks(self, plan: dict) -> tuple[list, list]:
+    """The epoch's chunks of batches ((steps_per_call, B) per field) and the lr of each real step.
 
     The last chunk's tail is padded with empty steps, which the compiled loop skips
     (steps.chunk_body): one program for every chunk, and no padded step costs time.

@@ -32,7 +32,7 @@ def seed_chunks(devices, workdir, vmapped: bool):
   chunk, one after another (train_chunk's program: nothing more to compile)."""
   group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
   stack = lambda trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # seeds on a new leading axis
-  chunks = [r.epoch_chunks(0, 0, r.epoch_plan(0))[0][0] for r in group.runs]
+  chunks = [r.epoch_chunks(r.epoch_plan(0))[0][0] for r in group.runs]
   pasts = [past_model(r) for r in group.runs]
   if vmapped:
     batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)

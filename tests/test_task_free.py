@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lasp_jax import boundaries, train
-from tests.conftest import run_cli, strip_timing, tiny_config
+from tests.conftest import run_cli, strip_timing, tiny_config, two_tasks
 
 pytestmark = pytest.mark.xdist_group("task_free")
 
@@ -118,7 +118,6 @@ def test_a_detected_boundary_run_killed_mid_task_and_at_a_boundary_resumes_exact
 def test_a_checkpoint_from_before_segments_gets_the_segment_its_run_was_in(tmp_path, scenario):
   """Old checkpoints (no segments, slots or pass log) resume as the given-boundary run they were: the segment
   rebuilt from the progress equals the one the current code keeps, after task 0 and after task 1."""
-  from tests.conftest import two_tasks  # pylint: disable=import-outside-toplevel
   run = train.ContinualRun(two_tasks(**{"data.scenario": scenario, "eval.raw_pixels": False}), tmp_path)
   run.start()
   for t in range(2):

@@ -268,7 +268,7 @@ def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
   """Chunks of steps_per_call steps, in the epoch's order; empty steps only at the last chunk's tail."""
   run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5}), tmp_path)
   plan = run.epoch_plan(0)
-  chunks, lrs = run.epoch_chunks(0, 0, plan)
+  chunks, lrs = run.epoch_chunks(plan)
   spe = plan["spe"]
   assert spe % 5 and [len(x) for x in lrs] == [5] * (spe // 5) + [spe % 5]
   assert all(ch.index.shape[0] == 5 for ch in chunks)

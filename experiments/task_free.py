@@ -8,7 +8,8 @@ Rotated MNIST on 2 cores (Domain-IL, embedding-shift detector). Every run lives 
 ``results/task_free/runs/<point>_<method>_<boundaries>_seed<k>/`` (results.json; checkpoints removed when
 it finishes); a rerun skips finished runs. Writes ``results/task_free/table.md`` and ``runs.json``: per seed
 the final accuracy with given and with detected boundaries, the detection's precision, recall and delay,
-and each run's health.
+and each run's health; then each given run beside finetune and joint (given boundaries, same seed) and the raw
+pixels.
 """
 
 from __future__ import annotations
@@ -57,23 +58,36 @@ def flags_of(results: dict) -> str:
   return ", ".join(health.flagged_checks(results)) or "ok"
 
 
-def point_table(point: str, pairs: list[tuple[dict, dict]]) -> list[str]:
-  """Rows of one point: a line per seed, then the means."""
+def point_table(point: str, pairs: list[tuple[dict, dict, dict]]) -> list[str]:
+  """Rows of one point: a line per seed, then the means; then the same runs beside their bounds."""
   m = metric(pairs[0][0])
   lines = [f"### {point} ({m}, method {pairs[0][0]['method']})", "",
            "| seed | given | detected | detected - given | precision | recall | mean delay (steps) | detected at "
            "(true) | health given / detected |", "|---|---|---|---|---|---|---|---|---|"]
-  for g, d in pairs:
+  for g, d, _ in pairs:
     bd = d["boundary_detection"]
     delay = "-" if bd["mean_delay_steps"] is None else f"{bd['mean_delay_steps']:.1f}"
     lines.append(f"| {g['seed']} | {g['final'][m]:.2f} | {d['final'][m]:.2f} | {d['final'][m] - g['final'][m]:+.2f} | "
                  f"{bd['precision']:.2f} | {bd['recall']:.2f} | {delay} | {bd['detected']} ({bd['true']}) | "
                  f"{flags_of(g)} / {flags_of(d)} |")
-  gap = [d["final"][m] - g["final"][m] for g, d in pairs]
-  lines.append(f"| mean (std) | {mean_std([g['final'][m] for g, _ in pairs])} | "
-               f"{mean_std([d['final'][m] for _, d in pairs])} | {mean_std(gap)} | "
-               f"{mean_std([d['boundary_detection']['precision'] for _, d in pairs])} | "
-               f"{mean_std([d['boundary_detection']['recall'] for _, d in pairs])} | | | |")
+  gap = [d["final"][m] - g["final"][m] for g, d, _ in pairs]
+  lines.append(f"| mean (std) | {mean_std([g['final'][m] for g, _, _ in pairs])} | "
+               f"{mean_std([d['final'][m] for _, d, _ in pairs])} | {mean_std(gap)} | "
+               f"{mean_std([d['boundary_detection']['precision'] for _, d, _ in pairs])} | "
+               f"{mean_std([d['boundary_detection']['recall'] for _, d, _ in pairs])} | | | |")
+  return lines + [""] + bounds_table(m, pairs)
+
+
+def bounds_table(m: str, pairs) -> list[str]:
+  """The given-boundary run beside its bounds, seed by seed: finetune, joint (``bounds``), raw pixels."""
+  lines = ["| seed | method (given) | finetune | joint | raw pixels | health finetune / joint |", "|---|---|---|---|---|---|"]
+  for g, _, b in pairs:
+    lines.append(f"| {g['seed']} | {g['final'][m]:.2f} | {b['finetune']['final'][m]:.2f} | "
+                 f"{b['joint']['final'][m]:.2f} | {g['baselines']['raw_pixels'][m]:.2f} | "
+                 f"{flags_of(b['finetune'])} / {flags_of(b['joint'])} |")
+  col = lambda f: mean_std([f(p) for p in pairs])
+  lines.append(f"| mean (std) | {col(lambda p: p[0]['final'][m])} | {col(lambda p: p[2]['finetune']['final'][m])} | "
+               f"{col(lambda p: p[2]['joint']['final'][m])} | {col(lambda p: p[0]['baselines']['raw_pixels'][m])} | |")
   return lines + [""]
 
 
@@ -87,7 +101,8 @@ def main(argv):
     pairs = []
     for seed in range(FLAGS.seeds):
       pair = tuple(run_one(root, point, FLAGS.method, b, seed) for b in ("given", "detected"))
-      pairs.append(pair)
+      bounds = {b: run_one(root, point, b, "given", seed) for b in ("finetune", "joint")}
+      pairs.append(pair + (bounds,))
       runs.extend({"point": point, "boundaries": b, "seed": seed, "final": r["final"],
                    "boundary_detection": {k: v for k, v in r.get("boundary_detection", {}).items()
                                           if k != "observations"},

@@ -171,3 +171,73 @@ def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
   text = lasp_gain.table(rows, [p1])
   assert "SD onlycurrent† (1 seeds, 1 failed)" in text and "| p1 | SD onlycurrent | 1 | failed | failed |" in text
   assert "**SD onlycurrent − Co2L** | **3.00** |" in text
+
+
+def _queue_cell(out, name, seed, final, last, wall, checks=None):
+  (out / name).mkdir(parents=True)
+  res = {"seed": seed, "final": {"domain_il": final}, "acc_matrix": {"domain_il": [[last]]}, "wall_time_s": wall,
+         "baselines": {"raw_pixels": {"domain_il": 50.0 + seed}}}
+  if checks is not None:
+    res["health"] = {"checks": checks}
+  (out / name / "results.json").write_text(json.dumps(res))
+  (out / name / "config.json").write_text(json.dumps({"lasp.mask_objective": "published_all_pairs"}))
+
+
+def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
+  from experiments import gpu_queue  # pylint: disable=import-outside-toplevel
+  names = [c.name for c in gpu_queue.CELLS]
+  assert names[:3] == ["sd_seed1", "co2l_seed1", "sd_seed2"] and names[8] == "gm_seed0"
+  assert names[-1] == "sd_gm_m500_seed4" and len(set(names)) == len(names) == 8 + 10 + 20
+  assert "lasp.srs_data=onlypast" in gpu_queue.Cell("sd", 1).overrides()  # as the stored seed 0
+  assert not any("srs" in o for o in gpu_queue.Cell("co2l", 1).overrides())
+  _queue_cell(tmp_path, "sd_seed0", 0, 94.0, 97.0, 100.0)
+  _queue_cell(tmp_path, "sd_seed1", 1, 90.0, 99.0, 120.0, checks=["supcon_constant"])
+  _queue_cell(tmp_path, "co2l_seed1", 1, 80.0, 95.0, 80.0, checks=[])
+  (tmp_path / "co2l_seed2").mkdir()
+  (tmp_path / "co2l_seed2" / "FAILED.json").write_text("{}")
+  assert [gpu_queue.state(tmp_path, gpu_queue.Cell(*a)) for a in (("sd", 1), ("co2l", 2), ("sd", 2))] == [
+      "done", "failed", "missing"]
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * 120.0  # its method's slowest run
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("gm", 0)) == 1.25 * 120.0  # no GM run: any method's
+  two = [gpu_queue.Cell("sd", 3), gpu_queue.Cell("co2l", 3)]
+  assert gpu_queue._batch_estimate(tmp_path, two) == 2 * 150.0  # no batch of 2 measured: twice one run
+  (tmp_path / "queue_log.json").write_text(json.dumps(
+      [{"cells": ["a"], "ended": ["a"], "parallel": 1, "wall_s": 100.0},
+       {"cells": ["b", "c"], "ended": ["b", "c"], "parallel": 2, "wall_s": 130.0}]))
+  assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(150.0 * 1.3)  # the measured ratio
+  gpu_queue.write_table(tmp_path)
+  rows = {l.split(" | ")[1]: l for l in (tmp_path / "table.md").read_text().splitlines() if l.startswith("| 200")}
+  assert set(rows) == {"SD (onlypast)", "Co2L"}
+  sd = rows["SD (onlypast)"]  # seeds 0 and 1: mean 92, std sqrt(8); last-angle 98 (1.41), paper 98.80
+  assert "| 2 | 92.00 (2.83) | 98.00 (1.41) [paper 98.80; Δ -0.80] | 50.50 (0.71) | 1: supcon_constant |" in sd
+  assert "| 1 (+1 failed) | 80.00 (0.00) |" in rows["Co2L"] and "| ok |" in rows["Co2L"]
+  assert "`lasp.mask_objective`" not in (tmp_path / "table.md").read_text()  # set as published
+  assert "`lasp.restart_selection`" in (tmp_path / "table.md").read_text()
+
+
+def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
+  """A tiny Domain-IL dry run of the queue's command line: one cell, its raw pixels, the log; then a call whose
+  budget is shorter than the finished cell took runs nothing."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  repo = pathlib.Path(__file__).resolve().parents[1]
+  tiny = ["--config=configs/mnist5k_rot.py", "--set=data.num_tasks=2", "--set=train.epochs_first=1",
+          "--set=train.epochs=1", "--set=model.width=0.25", "--set=memory.size=40", "--set=progress=False",
+          "--set=pictures=False"]
+  call = lambda *a: subprocess.run([sys.executable, "-m", "experiments.gpu_queue", f"--out={tmp_path}", *tiny, *a],
+                                   cwd=repo, capture_output=True, text=True, timeout=600)
+  out = call("--budget_s=600", "--max_cells=1")
+  assert out.returncode == 0, out.stderr[-3000:]
+  res = json.loads((tmp_path / "sd_seed1" / "results.json").read_text())
+  config = json.loads((tmp_path / "sd_seed1" / "config.json").read_text())
+  assert (res["seed"], config["method"], config["lasp.srs_data"], config["eval.every_task"]) == (1, "sd", "onlypast",
+                                                                                                 False)
+  assert res["baselines"]["raw_pixels"]["domain_il"] > 10.0  # fitted on the host meanwhile, written in
+  log = json.loads((tmp_path / "queue_log.json").read_text())
+  assert [(b["cells"], b["ended"]) for b in log] == [(["sd_seed1"], ["sd_seed1"])]
+  assert "| 200 | SD (onlypast) | 1 |" in (tmp_path / "table.md").read_text()
+  again = call(f"--budget_s={int(res['wall_time_s'])}", "--raw_pixels=False")
+  assert again.returncode == 0 and "next ['co2l_seed1'] needs" in again.stdout, again.stdout
+  assert not (tmp_path / "co2l_seed1").exists() and len(json.loads((tmp_path / "queue_log.json").read_text())) == 1
+  bad = call("--parallel=0")
+  assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --parallel must be >= 1, got 0"]

@@ -1,0 +1,300 @@
+"""Paper-scale R-MNIST on a GPU in short slots: runs the next missing cells of results/rmnist_paper/ inside a budget.
+
+    # on the GPU machine, in a copy of the repository (only $OUT comes back):
+    cp -r results/rmnist_paper "$OUT/" && python -m experiments.gpu_queue --out="$OUT/rmnist_paper" --budget_s=540
+    # here: copy $OUT/rmnist_paper over results/rmnist_paper and commit; table.md alone:
+    python -m experiments.gpu_queue --table_only
+
+Cells, in this order (``CELLS``): SD and Co2L seeds 1-4 at memory 200 (seed 0 of both exists), GM and SD+GM seeds
+0-4, then the four methods at memory 500. Every cell is ``lasp_jax.main`` on configs/rmnist.py (SD searches on
+``onlypast``, the published R-MNIST command, as seed 0 did) with the probe after the last task only, in its own
+process. A cell starts only if the budget left covers its expected time (the slowest finished run of its method,
+or of any method, x 1.25; 180 s before any). ``--parallel=N`` runs N cells at once on the one device, each with
+1/N of its memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to ``queue_log.json``, so
+one seed's time and N seeds' time are measured under the same code.
+
+A finished cell leaves ``<out>/<cell>/{results.json,config.json,log.txt}``; a non-finite loss leaves
+``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (it reruns in the next slot). The
+raw-pixel baseline of each (seed, memory) runs on the host CPU while the device trains (``JAX_PLATFORMS=cpu``),
+is kept in ``raw_pixels.json`` and written into each results.json's ``baselines``. ``table.md`` is rewritten after
+every batch: mean (std) over seeds of both metrics, the paper beside, health flags, the switches that differ from
+the published mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def define_flags() -> None:
+  """The command line (defined when run as a script only)."""
+  flags.DEFINE_string("out", "results/rmnist_paper", "Where finished cells are read from and written to.")
+  flags.DEFINE_integer("budget_s", 540, "Seconds this call may take; no cell starts that would not fit.")
+  flags.DEFINE_integer("parallel", 1, "Cells run at once on the device (1/N of its memory each).")
+  flags.DEFINE_integer("max_cells", 0, "Stop after this many cells (0: as many as the budget allows).")
+  flags.DEFINE_string("config", "configs/rmnist.py", "The run configuration (a tiny one for a CPU dry run).")
+  flags.DEFINE_multi_string("set", [], "More overrides, key=value (--set=data.num_tasks=2), for every cell.")
+  flags.DEFINE_bool("raw_pixels", True, "Fit each (seed, memory)'s raw-pixel baseline on the host meanwhile.")
+  flags.DEFINE_bool("table_only", False, "Rewrite table.md from the finished cells and stop.")
+  flags.DEFINE_string("scratch", "", "Work folder for checkpoints (default: a temporary folder).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  method: str
+  seed: int
+  memory: int = 200
+
+  @property
+  def name(self) -> str:
+    return f"{self.method}_seed{self.seed}" if self.memory == 200 else f"{self.method}_m{self.memory}_seed{self.seed}"
+
+  def overrides(self) -> list[str]:
+    srs = ["lasp.srs_data=onlypast"] if self.method == "sd" else []
+    return [f"method={self.method}", f"seed={self.seed}", f"memory.size={self.memory}", *srs]
+
+
+CELLS = (tuple(Cell(m, s) for s in range(1, 5) for m in ("sd", "co2l"))
+         + tuple(Cell(m, s) for m in ("gm", "sd_gm") for s in range(5))
+         + tuple(Cell(m, s, 500) for m in ("sd", "co2l", "gm", "sd_gm") for s in range(5)))
+SEEN = (Cell("sd", 0), Cell("co2l", 0))  # run before the queue existed; tabulated with the rest
+# Switches every cell sets: the probe once, after the last task (Table 1 reports it); no host-side raw-pixel fit
+# inside the run (the queue fits it meanwhile); 59 steps per device call (one R-MNIST task epoch is 118 steps).
+RUN_SWITCHES = ("eval.every_task=False", "eval.raw_pixels=False", "train.steps_per_call=59")
+LABELS = {"sd": "SD (onlypast)", "co2l": "Co2L", "gm": "GM", "sd_gm": "SD+GM"}
+
+
+def state(out: pathlib.Path, cell: Cell) -> str:
+  """'done', 'failed' or 'missing'."""
+  if (out / cell.name / "results.json").exists():
+    return "done"
+  return "failed" if (out / cell.name / "FAILED.json").exists() else "missing"
+
+
+def expected_s(out: pathlib.Path, cell: Cell) -> float:
+  """The slowest finished run of the cell's method (of any method if none) x 1.25; 180 s before any run."""
+  walls = {}
+  for c in SEEN + CELLS:
+    if state(out, c) == "done":
+      walls.setdefault(c.method, []).append(json.loads((out / c.name / "results.json").read_text())["wall_time_s"])
+  mine = walls.get(cell.method) or [w for ws in walls.values() for w in ws]
+  return 1.25 * max(mine) if mine else 180.0
+
+
+def command(module: str, cell: Cell, extra: list[str], workdir: str | None = None) -> list[str]:
+  cmd = [sys.executable, "-m", module, f"--config={FLAGS.config}"]
+  if workdir:
+    cmd += [f"--workdir={workdir}", f"--compile_cache={pathlib.Path(workdir).parent / 'xla_cache'}"]
+  return cmd + [f"--config.{kv}" for kv in (*cell.overrides(), *extra)]
+
+
+def raw_pixels(out: pathlib.Path, cells, extra) -> dict:
+  """Starts the host-side fits of the (seed, memory) pairs ``raw_pixels.json`` lacks: {key: process}."""
+  known = _read(out / "raw_pixels.json")
+  procs = {}
+  for c in cells:
+    key = f"seed{c.seed}_m{c.memory}"
+    if key not in known and key not in procs:
+      env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+      procs[key] = subprocess.Popen(command("experiments.raw_pixels", c, extra), cwd=REPO, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  return procs
+
+
+def collect_raw_pixels(out: pathlib.Path, procs: dict, wait_s: float) -> None:
+  """Stores the fits that end within ``wait_s`` and writes them into every finished cell's results.json."""
+  known = _read(out / "raw_pixels.json")
+  deadline = time.time() + wait_s
+  for key, p in procs.items():
+    try:
+      stdout, _ = p.communicate(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+      p.kill()
+      continue
+    if p.returncode == 0:
+      known[key] = json.loads(stdout.strip().splitlines()[-1])["raw_pixels"]
+  _write(out / "raw_pixels.json", known)
+  for c in SEEN + CELLS:
+    path, key = out / c.name / "results.json", f"seed{c.seed}_m{c.memory}"
+    if state(out, c) == "done" and key in known:
+      res = json.loads(path.read_text())
+      if res.get("baselines", {}).get("raw_pixels") != known[key]:
+        res.setdefault("baselines", {})["raw_pixels"] = known[key]
+        res["baselines_note"] = "raw_pixels: experiments.raw_pixels for the same config and seed, on the host CPU"
+        _write(path, res)
+
+
+def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: float) -> list[str]:
+  """Runs ``cells`` at once, each in its own process with 1/len(cells) of the device's memory; returns the
+  names of the cells that finished or failed (an overrun or a crash leaves its cell missing)."""
+  env = {**os.environ, "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{0.9 / len(cells):.3f}", "PYTHONUNBUFFERED": "1"}
+  procs = []
+  for c in cells:
+    wd = scratch / c.name
+    log = open(scratch / f"{c.name}.log", "w")  # pylint: disable=consider-using-with
+    procs.append((c, wd, log, subprocess.Popen(command("lasp_jax.main", c, [*RUN_SWITCHES, *extra], str(wd)),
+                                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)))
+  ended, deadline = [], time.time() + limit_s
+  for c, wd, log, p in procs:
+    try:
+      rc = p.wait(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+      p.kill()
+      rc = "timeout"
+    log.close()
+    text = (scratch / f"{c.name}.log").read_text()
+    print(f"{c.name}: rc={rc}", flush=True)
+    dest = out / c.name
+    if rc == 0 and (wd / "results.json").exists():
+      dest.mkdir(parents=True, exist_ok=True)
+      for name in ("config.json", "results.json"):
+        shutil.copy(wd / name, dest / name)
+      (dest / "log.txt").write_text(text)
+      ended.append(c.name)
+    elif rc == 2 and "non-finite" in text:
+      dest.mkdir(parents=True, exist_ok=True)
+      _write(dest / "FAILED.json", {"failed": [l for l in text.splitlines() if l.startswith("error:")][-1:],
+                                    "cell": c.name})
+      (dest / "log.txt").write_text(text)
+      ended.append(c.name)
+    else:
+      print(text[-2000:], file=sys.stderr)
+  return ended
+
+
+def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel: int, max_cells: int,
+            extra: list[str], with_raw_pixels: bool) -> None:
+  """Runs batches of the next missing cells while the budget covers them; logs each batch's wall time."""
+  t0, done = time.time(), 0
+  pixels = raw_pixels(out, [c for c in CELLS if state(out, c) == "missing"][:max(parallel, 4)],
+                      extra) if with_raw_pixels else {}
+  while True:
+    todo = [c for c in CELLS if state(out, c) == "missing"][:parallel]
+    if max_cells:
+      todo = todo[:max_cells - done]
+    left = budget_s - (time.time() - t0) - 20  # 20 s to copy and tabulate
+    need = _batch_estimate(out, todo)
+    if not todo or need > left:
+      print(f"queue: {done} cells run; next {[c.name for c in todo]} needs ~{need:.0f} s, {left:.0f} s left"
+            if todo else f"queue: {done} cells run; every cell is done", flush=True)
+      break
+    start = time.time()
+    ended = run_batch(out, scratch, todo, extra, left)
+    log = _read(out / "queue_log.json", [])
+    log.append({"cells": [c.name for c in todo], "ended": ended, "parallel": len(todo),
+                "wall_s": round(time.time() - start, 1), "device": _device()})
+    _write(out / "queue_log.json", log)
+    done += len(todo)
+    write_table(out)
+    if len(ended) < len(todo):
+      break  # an overrun or a crash: stop and leave the log to read
+  collect_raw_pixels(out, pixels, max(0.0, budget_s - (time.time() - t0) - 5))
+  write_table(out)
+
+
+def _batch_estimate(out: pathlib.Path, todo) -> float:
+  """One cell's expected time, times the batch size unless a batch of that size was measured (its ratio)."""
+  if not todo:
+    return 0.0
+  one = max(expected_s(out, c) for c in todo)
+  log = [b for b in _read(out / "queue_log.json", []) if b["ended"] == b["cells"]]
+  singles = [b["wall_s"] for b in log if b["parallel"] == 1]
+  batches = [b["wall_s"] for b in log if b["parallel"] == len(todo)]
+  if len(todo) > 1 and singles and batches:
+    return one * max(batches) / max(singles)
+  return one * len(todo)
+
+
+def write_table(out: pathlib.Path) -> None:
+  """table.md: per memory and method, mean (std) over the finished seeds of both metrics, the paper beside."""
+  from experiments import aggregate  # pylint: disable=g-import-not-at-top
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  rows, differ = [], set()
+  pixels = _read(out / "raw_pixels.json")
+  for memory in (200, 500):
+    for method in LABELS:
+      cells = [c for c in SEEN + CELLS if c.method == method and c.memory == memory]
+      res = [json.loads((out / c.name / "results.json").read_text()) for c in cells if state(out, c) == "done"]
+      failed = [c.name for c in cells if state(out, c) == "failed"]
+      if not res and not failed:
+        continue
+      for c in cells:
+        if state(out, c) == "done":
+          cfg = json.loads((out / c.name / "config.json").read_text())
+          differ |= {k for k, v in config_lib.PUBLISHED_PRESET.items() if cfg.get(k) != json.loads(json.dumps(v))}
+      flags_ = sorted({f"{r['seed']}: {', '.join(r['health']['checks'])}" for r in res
+                       if r.get("health", {}).get("checks")})
+      unchecked = sum("health" not in r for r in res)
+      paper = aggregate.PAPER_TABLE1[(memory, method)]["rmnist/domain_il"]
+      rows.append([memory, LABELS[method], f"{len(res)}" + (f" (+{len(failed)} failed)" if failed else ""),
+                   aggregate.cell(aggregate.mean_std(r["final"]["domain_il"] for r in res)),
+                   aggregate.cell(aggregate.mean_std(r["acc_matrix"]["domain_il"][-1][-1] for r in res), paper),
+                   aggregate.cell(aggregate.mean_std(_raw_pixels(r, pixels, memory) for r in res)),
+                   "; ".join(flags_) or ("ok" if not unchecked else f"not recorded in {unchecked}"),
+                   aggregate.cell(aggregate.mean_std(r["wall_time_s"] for r in res))])
+  header = ["memory", "method", "seeds", "per-angle Domain-IL", "last-angle (A[T][T]) [paper, Table 1]",
+            "raw pixels (per-angle)", "health flags (seed: checks)", "wall s"]
+  text = ["# Paper-scale Rotated MNIST: mean (std) over seeds", "",
+          "Produced by `python -m experiments.gpu_queue` (see its docstring); the paper reports the last-angle metric.",
+          "", aggregate.markdown_table(header, rows), "",
+          "Switches that differ from the published mode (`--config.preset=published` sets them): "
+          + (", ".join(f"`{k}`" for k in sorted(differ)) or "none") + ".", ""]
+  _write(out / "table.md", "\n".join(text))
+
+
+def _raw_pixels(res: dict, pixels: dict, memory: int):
+  """The (seed, memory)'s fit from raw_pixels.json, else what the run's results.json holds."""
+  fit = pixels.get(f"seed{res['seed']}_m{memory}") or res.get("baselines", {}).get("raw_pixels", {})
+  return fit.get("domain_il")
+
+
+def _device() -> str:
+  try:
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout.strip() or "cpu"
+  except (OSError, subprocess.SubprocessError):
+    return "cpu"
+
+
+def _read(path: pathlib.Path, default=None):
+  return json.loads(path.read_text()) if path.exists() else ({} if default is None else default)
+
+
+def _write(path: pathlib.Path, obj) -> None:
+  from lasp_jax.checkpoint import write_text_atomic  # pylint: disable=g-import-not-at-top
+  write_text_atomic(path, obj if isinstance(obj, str) else json.dumps(obj, indent=1))
+
+
+def main(argv):
+  del argv
+  out = pathlib.Path(FLAGS.out)
+  bad = [s for s in FLAGS.set if "=" not in s]
+  if not out.is_dir() or FLAGS.parallel < 1 or bad:
+    problem = (f"--out {out} is not a folder" if not out.is_dir() else
+               f"--parallel must be >= 1, got {FLAGS.parallel}" if FLAGS.parallel < 1 else f"--set {bad[0]}: expected key=value")
+    print(f"error: {problem}", file=sys.stderr)
+    sys.exit(2)
+  if not FLAGS.table_only:
+    with tempfile.TemporaryDirectory() as tmp:
+      scratch = pathlib.Path(FLAGS.scratch or tmp)
+      scratch.mkdir(parents=True, exist_ok=True)
+      advance(out, scratch, FLAGS.budget_s, FLAGS.parallel, FLAGS.max_cells, FLAGS.set, FLAGS.raw_pixels)
+  write_table(out)
+  print(f"table: {out / 'table.md'}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -281,10 +281,12 @@ def main(argv):
   del argv
   out = pathlib.Path(FLAGS.out)
   bad = [s for s in FLAGS.set if "=" not in s]
-  if not out.is_dir() or FLAGS.parallel < 1 or bad:
-    problem = (f"--out {out} is not a folder" if not out.is_dir() else
-               f"--parallel must be >= 1, got {FLAGS.parallel}" if FLAGS.parallel < 1 else f"--set {bad[0]}: expected key=value")
-    print(f"error: {problem}", file=sys.stderr)
+  problems = ([f"--out {out} is not a folder"] if not out.is_dir() else []) + (
+      [f"--parallel must be >= 1, got {FLAGS.parallel}"] if FLAGS.parallel < 1 else []) + (
+      [f"--set {bad[0]}: expected key=value"] if bad else []) + (
+      [f"--config {FLAGS.config} does not exist"] if not (REPO / FLAGS.config).is_file() else [])
+  if problems:
+    print(f"error: {problems[0]}", file=sys.stderr)
     sys.exit(2)
   if not FLAGS.table_only:
     with tempfile.TemporaryDirectory() as tmp:

@@ -288,7 +288,8 @@ def figure(rows, points, path) -> None:
             ms.append(statistics.mean(g))
             ss.append(statistics.stdev(g) if len(g) > 1 else 0.0)
             failed = sum(1 for r in rows if r["point"] == p.name and r["method"] in (sd, "Co2L") and r["m1"] is None)
-            ax.annotate(f"n={len(g)}" + (f", {failed} failed" if failed else ""), (xs[-1], ms[-1]), fontsize=6,
+            note = (f", {failed} failed" if failed else "") + ("" if p.schedule == "step_cosine" else ", per-epoch cos")
+            ax.annotate(f"n={len(g)}{note}", (xs[-1], ms[-1]), fontsize=6,
                         xytext=(4, -10 + 8 * k), textcoords="offset points", color=f"C{k}")
         if xs:
           ax.errorbar(xs, ms, yerr=ss, marker="o" if domains == 5 else "^", capsize=3, color=f"C{k}",

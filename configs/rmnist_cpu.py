@@ -14,7 +14,8 @@ Domain-IL, mean (std):
     Co2L              74.89 (7.02) / 93.63 (1.09)      raw pixels 57.68 (10.05) per-angle
     SD - Co2L, paired by seed: +1.17 (1.95) per-angle, -0.16 (0.59) last-angle
 
-No budget measured on this CPU shows SD above Co2L by more than the seed spread (results/lasp_gain/README.md);
+No budget measured on this CPU shows SD above Co2L by more than the seed spread (results/lasp_gain/README.md;
+the largest, p5, 1.8 million samples at ~10 min a run: SD onlypast - Co2L -0.46 (1.04) per-angle);
 this is the point with the largest gain, not a point where the gain is established. Paper (Table 1, 20 domains,
 GPU budget): SD 98.80, Co2L 97.90.
 """

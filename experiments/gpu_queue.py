@@ -35,6 +35,8 @@ import time
 
 from absl import app, flags
 
+from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+
 FLAGS = flags.FLAGS
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -61,6 +63,11 @@ class Cell:
   @property
   def name(self) -> str:
     return f"{self.method}_seed{self.seed}" if self.memory == 200 else f"{self.method}_m{self.memory}_seed{self.seed}"
+
+  @property
+  def pixels_key(self) -> str:
+    """Raw pixels depend on the seed (angles, memory draws) and the memory size only."""
+    return f"seed{self.seed}_m{self.memory}"
 
   def overrides(self) -> list[str]:
     srs = ["lasp.srs_data=onlypast"] if self.method == "sd" else []
@@ -106,10 +113,9 @@ def raw_pixels(out: pathlib.Path, cells, extra) -> dict:
   known = _read(out / "raw_pixels.json")
   procs = {}
   for c in cells:
-    key = f"seed{c.seed}_m{c.memory}"
-    if key not in known and key not in procs:
+    if c.pixels_key not in known and c.pixels_key not in procs:
       env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-      procs[key] = subprocess.Popen(command("experiments.raw_pixels", c, extra), cwd=REPO, env=env,
+      procs[c.pixels_key] = subprocess.Popen(command("experiments.raw_pixels", c, extra), cwd=REPO, env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
   return procs
 
@@ -126,15 +132,15 @@ def collect_raw_pixels(out: pathlib.Path, procs: dict, wait_s: float) -> None:
       continue
     if p.returncode == 0:
       known[key] = json.loads(stdout.strip().splitlines()[-1])["raw_pixels"]
-  _write(out / "raw_pixels.json", known)
+  write_json_atomic(out / "raw_pixels.json", known)
   for c in SEEN + CELLS:
-    path, key = out / c.name / "results.json", f"seed{c.seed}_m{c.memory}"
-    if state(out, c) == "done" and key in known:
+    path = out / c.name / "results.json"
+    if state(out, c) == "done" and c.pixels_key in known:
       res = json.loads(path.read_text())
-      if res.get("baselines", {}).get("raw_pixels") != known[key]:
-        res.setdefault("baselines", {})["raw_pixels"] = known[key]
+      if res.get("baselines", {}).get("raw_pixels") != known[c.pixels_key]:
+        res.setdefault("baselines", {})["raw_pixels"] = known[c.pixels_key]
         res["baselines_note"] = "raw_pixels: experiments.raw_pixels for the same config and seed, on the host CPU"
-        _write(path, res)
+        write_json_atomic(path, res)
 
 
 def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: float) -> list[str]:
@@ -166,7 +172,7 @@ def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: f
       ended.append(c.name)
     elif rc == 2 and "non-finite" in text:
       dest.mkdir(parents=True, exist_ok=True)
-      _write(dest / "FAILED.json", {"failed": [l for l in text.splitlines() if l.startswith("error:")][-1:],
+      write_json_atomic(dest / "FAILED.json", {"failed": [l for l in text.splitlines() if l.startswith("error:")][-1:],
                                     "cell": c.name})
       (dest / "log.txt").write_text(text)
       ended.append(c.name)
@@ -196,7 +202,7 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
     log = _read(out / "queue_log.json", [])
     log.append({"cells": [c.name for c in todo], "ended": ended, "parallel": len(todo),
                 "wall_s": round(time.time() - start, 1), "device": _device()})
-    _write(out / "queue_log.json", log)
+    write_json_atomic(out / "queue_log.json", log)
     done += len(todo)
     write_table(out)
     if len(ended) < len(todo):
@@ -227,14 +233,14 @@ def write_table(out: pathlib.Path) -> None:
   for memory in (200, 500):
     for method in LABELS:
       cells = [c for c in SEEN + CELLS if c.method == method and c.memory == memory]
-      res = [json.loads((out / c.name / "results.json").read_text()) for c in cells if state(out, c) == "done"]
+      done = [c for c in cells if state(out, c) == "done"]
+      res = [json.loads((out / c.name / "results.json").read_text()) for c in done]
       failed = [c.name for c in cells if state(out, c) == "failed"]
       if not res and not failed:
         continue
-      for c in cells:
-        if state(out, c) == "done":
-          cfg = json.loads((out / c.name / "config.json").read_text())
-          differ |= {k for k, v in config_lib.PUBLISHED_PRESET.items() if cfg.get(k) != json.loads(json.dumps(v))}
+      for c in done:
+        cfg = json.loads((out / c.name / "config.json").read_text())
+        differ |= {k for k, v in config_lib.PUBLISHED_PRESET.items() if cfg.get(k) != json.loads(json.dumps(v))}
       flags_ = sorted({f"{r['seed']}: {', '.join(r['health']['checks'])}" for r in res
                        if r.get("health", {}).get("checks")})
       unchecked = sum("health" not in r for r in res)
@@ -242,7 +248,7 @@ def write_table(out: pathlib.Path) -> None:
       rows.append([memory, LABELS[method], f"{len(res)}" + (f" (+{len(failed)} failed)" if failed else ""),
                    aggregate.cell(aggregate.mean_std(r["final"]["domain_il"] for r in res)),
                    aggregate.cell(aggregate.mean_std(r["acc_matrix"]["domain_il"][-1][-1] for r in res), paper),
-                   aggregate.cell(aggregate.mean_std(_raw_pixels(r, pixels, memory) for r in res)),
+                   aggregate.cell(aggregate.mean_std(_raw_pixels(c, r, pixels) for c, r in zip(done, res))),
                    "; ".join(flags_) or ("ok" if not unchecked else f"not recorded in {unchecked}"),
                    aggregate.cell(aggregate.mean_std(r["wall_time_s"] for r in res))])
   header = ["memory", "method", "seeds", "per-angle Domain-IL", "last-angle (A[T][T]) [paper, Table 1]",
@@ -252,12 +258,12 @@ def write_table(out: pathlib.Path) -> None:
           "", aggregate.markdown_table(header, rows), "",
           "Switches that differ from the published mode (`--config.preset=published` sets them): "
           + (", ".join(f"`{k}`" for k in sorted(differ)) or "none") + ".", ""]
-  _write(out / "table.md", "\n".join(text))
+  write_text_atomic(out / "table.md", "\n".join(text))
 
 
-def _raw_pixels(res: dict, pixels: dict, memory: int):
-  """The (seed, memory)'s fit from raw_pixels.json, else what the run's results.json holds."""
-  fit = pixels.get(f"seed{res['seed']}_m{memory}") or res.get("baselines", {}).get("raw_pixels", {})
+def _raw_pixels(cell: Cell, res: dict, pixels: dict):
+  """The cell's fit from raw_pixels.json, else what the run's results.json holds."""
+  fit = pixels.get(cell.pixels_key) or res.get("baselines", {}).get("raw_pixels", {})
   return fit.get("domain_il")
 
 
@@ -270,11 +276,6 @@ def _device() -> str:
 
 def _read(path: pathlib.Path, default=None):
   return json.loads(path.read_text()) if path.exists() else ({} if default is None else default)
-
-
-def _write(path: pathlib.Path, obj) -> None:
-  from lasp_jax.checkpoint import write_text_atomic  # pylint: disable=g-import-not-at-top
-  write_text_atomic(path, obj if isinstance(obj, str) else json.dumps(obj, indent=1))
 
 
 def main(argv):

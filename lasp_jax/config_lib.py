@@ -72,6 +72,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       f"of {list(choices.DATA_SOURCES[config.dataset])}")
   _choice("seeds_mode", config.get("seeds_mode", "auto"), SEEDS_MODES)
   _choice("lasp.srs_data", config.lasp.srs_data, choices.SRS_DATA)
+  _choice("lasp.subset", config.lasp.get("subset", "searched"), choices.SUBSETS)
   _choice("lasp.mask_objective", config.lasp.mask_objective, choices.MASK_OBJECTIVES)
   _choice("lasp.restart_selection", config.lasp.restart_selection, choices.RESTART_SELECTIONS)
   _choice("model.past_bn", config.model.past_bn, choices.PAST_BN)
@@ -238,6 +239,7 @@ def _matters(key: str) -> bool:
 # Keys added after runs were recorded, with the value that reproduces those runs: at that
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
 LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
+              "lasp.subset": "searched",
               "eval.decay_epochs": []}  # flat() gives tuples as lists
 
 

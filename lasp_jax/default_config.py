@@ -94,6 +94,9 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.lasp = ml_collections.ConfigDict()
   c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined
+  # searched: SD distils the dims the look-ahead search keeps | random: as many dims, drawn at random at every
+  # boundary (the ablation that asks whether the look-ahead or only the subset's size matters)
+  c.lasp.subset = "searched"
   c.lasp.restarts = 300
   c.lasp.steps = 50
   c.lasp.lr = 100.0

@@ -121,6 +121,18 @@ def at_boundary(run, t: int, memory, pool: Batch) -> BoundaryResult:
   rng = np.random.default_rng([c.seed, t, 0x5253])
   rows = lookahead_rows(pool, pools.memory_pool(s, memory), c.lasp.srs_data, c.train.batch_size, rng)
   key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
-  return boundary(key, run.model, run.state.variables(), run.data, jax.tree.map(jnp.asarray, rows),
-                  aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg, lasp_cfg=c.lasp, num_classes=s.num_contrastive_classes,
-                  need_gamma=config_lib.uses_gm(c), compiler_options=run.compiler_options)
+  res = boundary(key, run.model, run.state.variables(), run.data, jax.tree.map(jnp.asarray, rows),
+                 aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg, lasp_cfg=c.lasp, num_classes=s.num_contrastive_classes,
+                 need_gamma=config_lib.uses_gm(c), compiler_options=run.compiler_options)
+  if c.lasp.get("subset", "searched") == "random":
+    res = random_subset(res, np.random.default_rng([c.seed, t, 0x726E64]))
+  return res
+
+
+def random_subset(res: BoundaryResult, rng: np.random.Generator) -> BoundaryResult:
+  """The result with its mask replaced by as many dims drawn uniformly at random (the searched ones kept in
+  ``info["searched"]``): SD then distils a subset of the searched size that no look-ahead chose."""
+  mask = np.zeros_like(res.mask)
+  mask[rng.choice(mask.size, int(res.mask.sum()), replace=False)] = True
+  info = dict(res.info, searched=res.info["selected"], selected=np.flatnonzero(mask).tolist())
+  return res._replace(mask=mask, info=info)

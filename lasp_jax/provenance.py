@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import pathlib
 import platform
+import socket
 import subprocess
 
 import jax
@@ -42,8 +44,7 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def provenance() -> dict:
-  """git commit and dirty flag (None outside a checkout), jax/jaxlib versions, device kind and count, host CPU."""
+def _static() -> dict:
   import jaxlib  # pylint: disable=g-import-not-at-top
   commit = _git("rev-parse", "HEAD")
   status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
@@ -51,4 +52,10 @@ def provenance() -> dict:
   return {"git_commit": commit, "git_dirty": None if status is None else bool(status),
           "jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
           "platform": devices[0].platform, "device_kind": devices[0].device_kind, "device_count": len(devices),
-          "cpu": cpu_model()}
+          "cpu": cpu_model(), "host": socket.gethostname()}
+
+
+def provenance() -> dict:
+  """git commit and dirty flag (None outside a checkout), jax/jaxlib versions, device kind and count, host CPU
+  and host name, and the UTC date and time of the call (a results file says when it was written)."""
+  return {**_static(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

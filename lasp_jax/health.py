@@ -1,5 +1,8 @@
 """Run health: checks that flag a task that did not really train.
 
+A non-finite loss is not a flag: the run stops at once with a ``TrainingError`` naming the step (train.py), and
+an experiment records the cell as failed (experiments/runner.py).
+
 Each check is a pure function of a task's per-epoch curves (or its boundary
 record) that returns a :class:`Flag` or ``None``. A run prints every flag as one
 line when it is raised and stores them all in ``results.json["health"]``; tables
@@ -109,13 +112,6 @@ def embedding_collapsed(*, task: int, epoch: int, z_var: float) -> Optional[Flag
   return None
 
 
-def non_finite(*, task: int, epoch: int, values: dict) -> Optional[Flag]:
-  bad = sorted(k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v))
-  if bad:
-    return Flag("non_finite", task, epoch, f"non-finite {', '.join(bad)}")
-  return None
-
-
 # ------------------------------------------------------------------------------ per-task checks
 
 def lr_frozen(*, task: int, lrs: Sequence[float], floor: float) -> Optional[Flag]:
@@ -176,7 +172,7 @@ def mask_degenerate(*, task: int, selected_dims: int) -> Optional[Flag]:
 def epoch_flags(task: int, row: dict) -> list[Flag]:
   """The per-epoch checks on one curve row (a dict of the epoch's mean metrics and references)."""
   e = row.get("epoch")
-  found = [non_finite(task=task, epoch=e, values={k: row[k] for k in ("loss", "supcon", "ird") if k in row})]
+  found = []
   if "supcon_const" in row:
     found.append(supcon_at_constant(task=task, epoch=e, supcon=row["supcon"], constant=row["supcon_const"]))
   if row.get("ird", 0.0) > 0 and "ird_uniform" in row:
@@ -187,10 +183,11 @@ def epoch_flags(task: int, row: dict) -> list[Flag]:
 
 
 def task_flags(task: int, curves: Sequence[dict], *, lrs=None, floor: float = 0.0,
-               boundary: Optional[dict] = None, selective: bool = False) -> list[Flag]:
-  """Every check on task ``task``: its last epoch, its loss over the task, the run's norms so far, its boundary.
+               boundaries: Sequence[dict] = (), selective: bool = False) -> list[Flag]:
+  """Every check on task ``task``: its last epoch, its loss over the task, the run's norms so far, its boundaries.
 
-  ``curves``: the run's curve rows so far (task ``task``'s last); ``lrs``: the task's per-step learning rates.
+  ``curves``: the run's curve rows so far (task ``task``'s last); ``lrs``: the task's per-step learning rates;
+  ``boundaries``: the boundary records made during the task (one with given boundaries, any number detected).
   """
   own = [c for c in curves if c["task"] == task]
   found = epoch_flags(task, own[-1]) if own else []
@@ -199,8 +196,9 @@ def task_flags(task: int, curves: Sequence[dict], *, lrs=None, floor: float = 0.
             diverging(task=task, z_norms=[c.get("z_norm", math.nan) for c in curves])]
   if lrs is not None:
     found.append(lr_frozen(task=task, lrs=lrs, floor=floor))
-  if selective and boundary is not None and "selected_dims" in boundary:
-    found.append(mask_degenerate(task=task, selected_dims=int(boundary["selected_dims"])))
+  if selective:
+    found += [mask_degenerate(task=task, selected_dims=int(b["selected_dims"])) for b in boundaries
+              if "selected_dims" in b]
   return [f for f in found if f]
 
 
@@ -217,7 +215,8 @@ def is_flagged(results: dict) -> bool:
 
 
 def flagged_checks(results: dict) -> list[str]:
-  """The checks a results dict failed; for a seeds' mean, "check (seeds j, k)" for every check a seed failed."""
+  """The checks a results dict failed, as its ``health`` record names them (for a seeds' mean,
+  seeds.mean_result has already written them "check (seeds j, k)")."""
   h = results.get("health", {})
   return list(h.get("checks", []))
 

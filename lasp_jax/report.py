@@ -13,7 +13,7 @@ import numpy as np
 
 # Panels of curves.png: (title, curve key, its degenerate reference or None, the health checks marked there).
 _PANELS = (("SupCon (current-task anchors)", "supcon", "supcon_const",
-            ("supcon_constant", "non_finite")),
+            ("supcon_constant",)),
            ("IRD (unweighted)", "ird", "ird_uniform", ("ird_uniform", "mask_degenerate")),
            ("training loss", "loss", None, ("loss_not_falling", "grad_vanished")),
            ("learning rate (end of epoch)", "lr", None, ("lr_frozen",)),

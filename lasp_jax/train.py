@@ -278,10 +278,10 @@ class ContinualRun:
     """Closes the task's progress bar and runs the health checks on it (one line per flag, kept for results)."""
     bar.close()
     c = self.config
-    boundary = next((b for b in self.host["boundaries"] if b["task"] == t), None)
     flags = health.task_flags(t, self.host["curves"], lrs=[self.host["progress"].get("lr_max", c.train.lr)],
                               floor=c.train.lr * c.train.lr_min_ratio,
-                              boundary=boundary, selective=config_lib.uses_sd(c))
+                              boundaries=[b for b in self.host["boundaries"] if b["task"] == t],
+                              selective=config_lib.uses_sd(c))
     for f in flags:
       tqdm.tqdm.write(f.line(), file=sys.stderr)
     self.host.setdefault("health", []).extend(dataclasses.asdict(f) for f in flags)

@@ -91,7 +91,8 @@ def init(module, x, seed=0, **kwargs):
                  compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
 
-TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s"}
+# Wall-clock figures and the date a results file was written: what may differ between two runs of the same work.
+TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s", "date"}
 
 
 def run_cli(workdir, *args, fault=None):
@@ -107,7 +108,7 @@ def run_cli(workdir, *args, fault=None):
 
 
 def strip_timing(obj):
-  """results.json without its wall-clock figures: what two runs of the same work must share exactly."""
+  """results.json without its wall-clock figures and date: what two runs of the same work must share exactly."""
   if isinstance(obj, dict):
     return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
   if isinstance(obj, list):

@@ -215,6 +215,23 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
   assert "`lasp.restart_selection`" in (tmp_path / "table.md").read_text()
 
 
+def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path):
+  from experiments import gpu_queue  # pylint: disable=import-outside-toplevel
+
+  class Printed:
+    returncode = 0
+
+    def __init__(self, stdout):
+      self.stdout = stdout
+
+    def communicate(self, timeout):
+      return self.stdout, None
+
+  fits = {"s1": Printed(""), "s2": Printed('progress\n{"raw_pixels": {"domain_il": 47.0}}\n')}
+  gpu_queue.collect_raw_pixels(tmp_path, fits, wait_s=1.0)
+  assert json.loads((tmp_path / "raw_pixels.json").read_text()) == {"s2": {"domain_il": 47.0}}
+
+
 def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   """A tiny Domain-IL dry run of the queue's command line: one cell, its raw pixels, the log; then a call whose
   budget is shorter than the finished cell took runs nothing."""
@@ -228,6 +245,7 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
                                    cwd=repo, capture_output=True, text=True, timeout=600)
   out = call("--budget_s=600", "--max_cells=1")
   assert out.returncode == 0, out.stderr[-3000:]
+  assert "queue: 1 cells run; --max_cells=1 reached, 37 cells missing" in out.stdout, out.stdout
   res = json.loads((tmp_path / "sd_seed1" / "results.json").read_text())
   config = json.loads((tmp_path / "sd_seed1" / "config.json").read_text())
   assert (res["seed"], config["method"], config["lasp.srs_data"], config["eval.every_task"]) == (1, "sd", "onlypast",

@@ -25,6 +25,20 @@ def test_supcon_constant_value_equals_supcon_of_a_constant_embedding():
   assert two == pytest.approx(0.5 / 0.07 * (64 * math.log(127) + 32 * math.log(63)) / 96)
 
 
+def test_reference_values_weigh_the_current_share_of_every_step():
+  """An epoch of two steps (B = 4): step 1 has 4 valid rows, 2 of them current (replayed memory beside), step 2
+  has 3 valid rows, all current (a padded row marked current must not count). By hand:
+  SupCon constant = (4 * (tau/tb) log 7 * 2/4 + 3 * (tau/tb) log 5 * 3/3) / 7, IRD uniform = (4 log 7 + 3 log 5) / 7."""
+  from lasp_jax.steps import Batch  # pylint: disable=g-import-not-at-top
+  valid = np.array([[True, True, True, True], [True, True, True, False]])
+  current = np.array([[True, False, True, False], [True, True, True, True]])
+  chunk = Batch(np.zeros((2, 4), np.int32), np.zeros((2, 4), np.int32), current, valid)
+  refs = health.reference_values([chunk], temperature=0.1, base_temperature=0.07)
+  r = 0.1 / 0.07
+  assert refs["supcon_const"] == pytest.approx((4 * r * math.log(7) * 0.5 + 3 * r * math.log(5)) / 7, rel=1e-12)
+  assert refs["ird_uniform"] == pytest.approx((4 * math.log(7) + 3 * math.log(5)) / 7, rel=1e-12)
+
+
 def test_ird_uniform_value_equals_ird_against_uniform_relations():
   rng = np.random.default_rng(0)
   z_past = rng.standard_normal((10, 3)).astype(np.float32)
@@ -40,8 +54,7 @@ def test_epoch_checks_fire_on_constructed_cases_and_not_on_healthy_values():
   assert health.epoch_flags(1, healthy) == []
   cases = {"supcon_constant": {"supcon": 34.38, "supcon_const": 34.40},      # finetune, collapsed
            "ird_uniform": {"ird": 4.83},
-           "embedding_variance": {"z_var": 0.003},
-           "non_finite": {"loss": float("nan")}}
+           "embedding_variance": {"z_var": 0.003}}
   for check, change in cases.items():
     flags = health.epoch_flags(1, {**healthy, **change})
     assert [f.check for f in flags] == [check], check
@@ -79,10 +92,14 @@ def test_task_flags_and_record():
             {"task": 1, "epoch": 2, "loss": 34.38, "supcon": 34.38, "ird": 0.0, "grad_norm": 0.05, "z_norm": 1.0,
              "supcon_const": 34.4, "ird_uniform": 4.84, "z_var": 0.003}]
   assert health.task_flags(0, curves[:2]) == []
-  flags = health.task_flags(1, curves, boundary={"task": 1, "selected_dims": 1}, selective=True)
+  flags = health.task_flags(1, curves, boundaries=[{"task": 1, "selected_dims": 1}], selective=True)
   assert sorted(f.check for f in flags) == ["embedding_variance", "mask_degenerate", "supcon_constant"]
-  assert not health.task_flags(1, curves, boundary={"task": 1, "selected_dims": 1}, selective=False)[-1].check \
+  assert not health.task_flags(1, curves, boundaries=[{"task": 1, "selected_dims": 1}], selective=False)[-1].check \
       == "mask_degenerate"
+  # A detected-boundary run can open several segments inside one task: every one of their masks is checked.
+  later = health.task_flags(1, curves, boundaries=[{"task": 1, "selected_dims": 40}, {"task": 1, "selected_dims": 0}],
+                            selective=True)
+  assert [f.check for f in later].count("mask_degenerate") == 1
   rec = health.record(flags)
   assert not rec["ok"] and rec["checks"] == ["embedding_variance", "mask_degenerate", "supcon_constant"]
   assert health.is_flagged({"health": rec}) and health.mark({"health": rec}) == "†"

@@ -55,3 +55,19 @@ def test_width_multiplier_and_build_model():
   feats, z = jax.eval_shape(lambda x: m.apply(m.init(jax.random.PRNGKey(0), x, train=False), x, train=False),
                             jnp.zeros((2, 28, 28, 1)))
   assert feats.shape == (2, 16) and models.feature_dim(m) == 16
+
+
+def test_center_subtracts_the_valid_rows_mean_and_keeps_a_running_mean():
+  """Train mode: the mean over the valid rows only (a padded row of 1000s must not move it), and the running mean
+  0.9 * old + 0.1 * that mean; eval mode subtracts the running mean. Hand values."""
+  x = jnp.array([[1.0, 2.0], [3.0, 6.0], [1000.0, 1000.0], [5.0, 1.0]])
+  mask = jnp.array([True, True, False, True])
+  center = models.Center()
+  v = center.init(jax.random.PRNGKey(0), x, train=True, mask=mask)
+  np.testing.assert_array_equal(v["batch_stats"]["mean"], [0.0, 0.0])  # init does not update it
+  out, upd = center.apply(v, x, train=True, mask=mask, mutable=["batch_stats"])
+  np.testing.assert_allclose(out, x - jnp.array([3.0, 3.0]), rtol=1e-6)
+  np.testing.assert_allclose(upd["batch_stats"]["mean"], [0.3, 0.3], rtol=1e-6)
+  np.testing.assert_allclose(center.apply(upd, x, train=False), x - 0.3, rtol=1e-6)
+  unmasked, _ = center.apply(v, x[:2], train=True, mutable=["batch_stats"])
+  np.testing.assert_allclose(unmasked, x[:2] - jnp.array([2.0, 4.0]), rtol=1e-6)

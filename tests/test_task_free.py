@@ -24,6 +24,9 @@ def test_scores_hand_values():
   # Two detections of one boundary: one matches, the other is a false positive.
   assert boundaries.scores([10], [5], [10, 12])["precision"] == 0.5
   assert boundaries.scores([10], [5], [])["recall"] == 0.0
+  # The window's edges: b + w still matches (delay w), b + w + 1 no longer does.
+  assert boundaries.scores([10], [5], [15])["mean_delay_steps"] == 5.0
+  assert boundaries.scores([10], [5], [16])["recall"] == 0.0
 
 
 def test_label_novelty_and_mean_shift_by_hand():
@@ -47,7 +50,8 @@ def domain_runs(tmp_path_factory):
   out = {}
   for name, over in [("given", {}), ("detected", {"boundaries": "detected"}),
                      ("never", {"boundaries": "detected", "detection.shift_threshold": 1e9}),
-                     ("always", {"boundaries": "detected", "detection.shift_threshold": 1e-9})]:
+                     ("always", {"boundaries": "detected", "detection.shift_threshold": 1e-9}),
+                     ("novelty", {"boundaries": "detected", "detection.detector": "novelty"})]:
     run = train.ContinualRun(tiny_config(**DOMAIN, **over), tmp_path_factory.mktemp(name))
     out[name] = run, run.run()
   return out
@@ -77,6 +81,16 @@ def test_detectors_that_fire_never_or_always_fail_the_scores(domain_runs):
   # Every pass after the first opens a segment: 5 detections for 2 boundaries.
   assert len(bd["detected"]) == 5 and bd["recall"] == 1.0 and bd["precision"] == 0.4
   assert always["final"] != domain_runs["given"][1]["final"]
+
+
+def test_label_novelty_never_fires_on_a_domain_stream(domain_runs):
+  """Every domain repeats the same ten digits: the novelty detector (not the stream's task starts) sees no new
+  label after the first pass, so it detects nothing and trains the run as one segment."""
+  run, got = domain_runs["novelty"]
+  bd = got["boundary_detection"]
+  assert bd["detector"] == "novelty" and bd["detected"] == [] and bd["recall"] == 0.0
+  assert all(not o.get("novel") for o in bd["observations"])
+  assert got == {**got, **{k: domain_runs["never"][1][k] for k in ("acc_matrix", "final", "boundaries")}}
 
 
 def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):

@@ -222,7 +222,7 @@ class TaskFree:
   """A stream that does not say where its tasks begin: the learner detects it (``config.boundaries='detected'``).
 
   It serves the same passes as the stream it wraps (``inner``, whose other rules it keeps), but a boundary comes
-  where the detector fires on a pass's first batch (boundaries.py), not where a task starts; every pass can
+  where the detector fires on a pass's window of new samples (boundaries.py), not where a task starts; every pass can
   open a new segment, so the slot table (domain, contrastive tag) grows up to one entry per pass.
   """
   given_boundaries = False
@@ -246,7 +246,7 @@ class TaskFree:
     return self.num_classes * self.passes if self.contrastive_offset else self.inner.num_contrastive_classes
 
   def new_segment(self, run, t: int, e: int) -> bool:
-    """The detector's verdict on the first samples of epoch e of task t (the task is the stream's, not the
+    """The detector's verdict on the window of new samples of epoch e of task t (the task is the stream's, not the
     learner's: only the samples' images and labels reach the detector). Kept in ``run.host['detection']``."""
     state = run.host.setdefault("detection", {"seen": [], "previous": None, "observations": [], "detected": []})
     index, domain = run.incoming(t, e)

@@ -12,8 +12,10 @@ on both heads: ``published`` (500-500-500, output neither centred nor normalized
 L-BFGS logistic regression after the last task, a converged linear classifier on raw pixels beside it.
 Domain-IL per-angle: every test digit at its own domain's angle; last-angle: A[T][T], the published metric.
 
-The ablation rows (``--methods=Co2L_lambda5,SD_lambda1,SD_random_subset,SD_combined``) say what SD does that
-Co2L does not: the distillation weight, the subset, the look-ahead that chooses it, the data it is searched on.
+The ablation rows (``--methods=Co2L_lambda5,SD_lambda1,SD_random_subset,SD_all_dims,SD_combined``) say what SD
+does that Co2L does not: the distillation weight, the subset, the look-ahead that chooses it, the renormalization
+of the distilled dims (R-MNIST's embeddings are not unit vectors: Co2L distils raw dot products, SD cosines), the
+data the subset is searched on.
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
 """
 
@@ -57,6 +59,7 @@ VARIANTS = (Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))
             Variant("Co2L lambda5", "co2l", (("train.ird_weight", 5.0),)),
             Variant("SD lambda1", "sd", (("lasp.srs_data", "onlycurrent"), ("train.ird_weight", 1.0))),
             Variant("SD random subset", "sd", (("lasp.srs_data", "onlycurrent"), ("lasp.subset", "random"))),
+            Variant("SD all dims", "sd", (("lasp.srs_data", "onlycurrent"), ("lasp.subset", "all"))),
             Variant("SD combined", "sd", (("lasp.srs_data", "combined"),)))
 MAIN = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
 # Split-MNIST: the methods item 5 of the study compares.
@@ -200,7 +203,7 @@ def table(rows) -> str:
     diffs = []
     for head in HEADS:
       for label in ("SD onlycurrent", "SD onlypast", "GM", "Co2L lambda5", "SD lambda1", "SD random subset",
-                    "SD combined", "finetune"):
+                    "SD all dims", "SD combined", "finetune"):
         g = paired(rows, point.name, head, label)
         if g:
           diffs.append([head, f"{label} − Co2L", len(g), _ms(g), verdict(g),

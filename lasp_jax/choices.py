@@ -7,7 +7,7 @@ the ~3 s that loading jax, flax, optax and scipy takes.
 """
 
 SRS_DATA = ("onlycurrent", "onlypast", "combined")                # lookahead.py: the rows the search reads
-SUBSETS = ("searched", "random")                                  # lookahead.py: the dims SD distils
+SUBSETS = ("searched", "random", "all")                                # lookahead.py: the dims SD distils
 MASK_OBJECTIVES = ("own_class", "published_all_pairs")            # mask_search.py
 RESTART_SELECTIONS = ("best", "published_off_by_one")             # mask_search.py
 SCHEDULES = ("published_epoch_cosine", "step_cosine")             # train_state.py: the learning-rate schedule

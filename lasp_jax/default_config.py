@@ -95,7 +95,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.lasp = ml_collections.ConfigDict()
   c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined
   # searched: SD distils the dims the look-ahead search keeps | random: as many dims, drawn at random at every
-  # boundary (the ablation that asks whether the look-ahead or only the subset's size matters)
+  # boundary (does the look-ahead matter, or the subset's size?) | all: every dim, through SD's renormalization
+  # (SD's IRD on unit vectors; Co2L's on the raw embeddings, which R-MNIST does not normalize)
   c.lasp.subset = "searched"
   c.lasp.restarts = 300
   c.lasp.steps = 50

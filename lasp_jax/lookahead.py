@@ -124,8 +124,12 @@ def at_boundary(run, t: int, memory, pool: Batch) -> BoundaryResult:
   res = boundary(key, run.model, run.state.variables(), run.data, jax.tree.map(jnp.asarray, rows),
                  aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg, lasp_cfg=c.lasp, num_classes=s.num_contrastive_classes,
                  need_gamma=config_lib.uses_gm(c), compiler_options=run.compiler_options)
-  if c.lasp.get("subset", "searched") == "random":
+  subset = c.lasp.get("subset", "searched")
+  if subset == "random":
     res = random_subset(res, np.random.default_rng([c.seed, t, 0x726E64]))
+  elif subset == "all":
+    res = res._replace(mask=np.ones_like(res.mask), info=dict(res.info, searched=res.info["selected"],
+                                                              selected=list(range(res.mask.size))))
   return res
 
 

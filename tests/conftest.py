@@ -91,8 +91,9 @@ def init(module, x, seed=0, **kwargs):
                  compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
 
-# Wall-clock figures and the date a results file was written: what may differ between two runs of the same work.
-TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s", "date"}
+# Wall-clock figures and where and when a results file was written (a run may resume on another day, machine or
+# checkout): what may differ between two runs of the same work.
+TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s", "provenance"}
 
 
 def run_cli(workdir, *args, fault=None):
@@ -108,7 +109,7 @@ def run_cli(workdir, *args, fault=None):
 
 
 def strip_timing(obj):
-  """results.json without its wall-clock figures and date: what two runs of the same work must share exactly."""
+  """results.json without its wall-clock figures and provenance: what two runs of the same work must share."""
   if isinstance(obj, dict):
     return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
   if isinstance(obj, list):

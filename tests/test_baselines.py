@@ -20,7 +20,7 @@ from tests.conftest import tiny_config, two_tasks
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
-pytestmark = pytest.mark.xdist_group("baselines")
+pytestmark = [pytest.mark.xdist_group("baselines"), pytest.mark.trajectory]
 
 # For tests that check training only: one probe after the last task, no raw-pixel fit.
 NO_READOUT = {"eval.every_task": False, "eval.raw_pixels": False}

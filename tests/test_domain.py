@@ -7,6 +7,9 @@ import pytest
 from lasp_jax import evaluate, lookahead, pools, steps, train
 from tests.conftest import tiny_config
 
+# Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
+pytestmark = pytest.mark.trajectory
+
 
 def _run(tmp_path, **overrides):
   config = tiny_config(**{"data.scenario": "domain", "data.num_tasks": 3, "data.train_per_class": 20,

@@ -4,8 +4,12 @@ import pathlib
 import re
 
 import numpy as np
+import pytest
 
 import lasp_jax.mask_search  # noqa: F401  (a submodule imported first must not shadow an export of that name)
+
+# Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
+pytestmark = pytest.mark.trajectory
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 

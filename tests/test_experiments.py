@@ -8,6 +8,9 @@ import pytest
 
 from experiments import aggregate, run
 
+# Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
+pytestmark = pytest.mark.trajectory
+
 
 def test_mean_std_and_cells():
   m, s, n = aggregate.mean_std([70.0, 72.0, None, 74.0])

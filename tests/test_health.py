@@ -8,6 +8,9 @@ import pytest
 
 from lasp_jax import health, losses
 
+# Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
+pytestmark = pytest.mark.trajectory
+
 
 def test_supcon_constant_value_equals_supcon_of_a_constant_embedding():
   labels = np.array([0, 0, 1, 1, 2, 3])

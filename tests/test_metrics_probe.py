@@ -13,7 +13,7 @@ from lasp_jax import evaluate, metrics, probe, train
 from tests.conftest import init, tiny_config
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
-pytestmark = pytest.mark.xdist_group("metrics_probe")
+pytestmark = [pytest.mark.xdist_group("metrics_probe"), pytest.mark.trajectory]
 
 NAN = np.nan
 

@@ -10,6 +10,9 @@ from lasp_jax import baselines, config_lib, seeds, train
 from lasp_jax.errors import ConfigError
 from tests.conftest import tiny_config
 
+# Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
+pytestmark = pytest.mark.trajectory
+
 BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_first": 1, "train.epochs": 1,
         "eval.raw_pixels": False, "seeds_mode": "vmap"}
 
@@ -36,10 +39,14 @@ def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seed
 
   single = train.ContinualRun(tiny_config(**dict(BASE, seeds_mode="auto"), seed=1), tmp_path / "single").run()
   assert results[1]["config_hash"] == single["config_hash"]  # seed k of a group is the single run of seed k
-  assert results[1]["final"] == single["final"]
-  assert results[1]["acc_matrix"] == single["acc_matrix"]
+  # The vmapped chunk is another program than a single run's: equal up to float rounding (the losses to 1e-5);
+  # a read-out may then flip a test image or two (0.1 point each), by how much depends on the CPU's code path.
   loss = lambda r: [c["loss"] for c in r["curves"]]
   np.testing.assert_allclose(loss(results[1]), loss(single), rtol=1e-5)
+  for name in single["final"]:
+    assert abs(results[1]["final"][name] - single["final"][name]) <= 0.3, (results[1]["final"], single["final"])
+    np.testing.assert_allclose(np.array(results[1]["acc_matrix"][name], float), np.array(single["acc_matrix"][name],
+                                                                                           float), atol=0.3)
   assert results[0]["final"] != results[1]["final"] and loss(results[0]) != loss(results[1])  # the seeds differ
   on_disk = json.loads((group_dir / "seed_1" / "results.json").read_text())
   assert on_disk["final"] == results[1]["final"] and on_disk["seed"] == 1

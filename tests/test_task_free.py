@@ -8,7 +8,7 @@ import pytest
 from lasp_jax import boundaries, train
 from tests.conftest import run_cli, strip_timing, tiny_config, two_tasks
 
-pytestmark = pytest.mark.xdist_group("task_free")
+pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
 
 DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False}
 SAME = ("acc_matrix", "final", "curves", "health")

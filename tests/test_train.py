@@ -13,7 +13,7 @@ from lasp_jax.errors import ConfigError, TrainingError
 from tests.conftest import placed_chunk, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
-pytestmark = pytest.mark.xdist_group("train")
+pytestmark = [pytest.mark.xdist_group("train"), pytest.mark.trajectory]
 
 RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix", "final", "forgetting", "bwt",
                "wall_time_s"}

@@ -1,9 +1,7 @@
-"""Paper-scale R-MNIST on a GPU in short slots: runs the next missing cells of results/rmnist_paper/ inside a budget.
+"""Paper-scale R-MNIST on a GPU within a time budget: runs the next missing cells of results/rmnist_paper/ that fit.
 
-    # on the GPU machine, in a copy of the repository (only $OUT comes back):
-    cp -r results/rmnist_paper "$OUT/" && python -m experiments.gpu_queue --out="$OUT/rmnist_paper" --budget_s=540
-    # here: copy $OUT/rmnist_paper over results/rmnist_paper and commit; table.md alone:
-    python -m experiments.gpu_queue --table_only
+    python -m experiments.gpu_queue --out=results/rmnist_paper --budget_s=540   # as many cells as fit in 540 s
+    python -m experiments.gpu_queue --table_only                               # table.md from the finished cells
 
 Cells, in this order (``CELLS``): SD and Co2L seeds 1-4 at memory 200 (seed 0 of both exists), GM and SD+GM seeds
 0-4, then the four methods at memory 500. Every cell is ``lasp_jax.main`` on configs/rmnist.py (SD searches on
@@ -14,7 +12,7 @@ or of any method, x 1.25; 180 s before any). ``--parallel=N`` runs N cells at on
 one seed's time and N seeds' time are measured under the same code.
 
 A finished cell leaves ``<out>/<cell>/{results.json,config.json,log.txt}``; a non-finite loss leaves
-``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (it reruns in the next slot). The
+``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (the next call reruns it). The
 raw-pixel baseline of each (seed, memory) runs on the host CPU while the device trains (``JAX_PLATFORMS=cpu``),
 is kept in ``raw_pixels.json`` and written into each results.json's ``baselines``. ``table.md`` is rewritten after
 every batch: mean (std) over seeds of both metrics, the paper beside, health flags, the switches that differ from

@@ -230,8 +230,9 @@ def _budget(p: Point) -> str:
 
 def table(rows, points) -> str:
   lines = ["# SD against Co2L over the training budget (60,000-digit MNIST)", "",
-           "Produced by `python -m experiments.lasp_gain` (see its docstring). Mean (std) over seeds; † = some seed",
-           "failed a health check (every run and its checks: the last table). SD − Co2L is paired by seed.", ""]
+           "Produced by `python -m experiments.lasp_gain` (see its docstring). Mean (std) over seeds, **flagged runs",
+           "included**; † = some seed failed a health check (every run and its checks: the last table). SD − Co2L is",
+           "paired by seed.", ""]
   for scenario, title in (("domain", "Rotated MNIST (Domain-IL)"), ("class", "Split-MNIST (Class-IL)")):
     pts = [p for p in points if p.scenario == scenario and any(r["point"] == p.name for r in rows)]
     if not pts:

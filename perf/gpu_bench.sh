@@ -2,9 +2,9 @@
 # One-call benchmark on a GPU machine (see BENCHMARKS.md). Parts run in priority order,
 # each in its own process under its own time limit, so one failure or overrun leaves the rest.
 #   OUT=/some/dir [BUDGET=560] [LASP_GOLDEN_DIR=.golden] bash perf/gpu_bench.sh
-# Missing pure-Python packages travel as wheels in .whl/ (ml-collections, mlxtend, tensorboardX). With
-# LASP_GOLDEN_DIR set (the goldens copied into a carried folder: ../shared does not travel), the precision-
-# sensitive golden tests run on the GPU too (XLA:GPU's TF32 default once broke them; see BENCHMARKS.md).
+# Pure-Python packages a GPU image lacks can be put as wheels in .whl/ (ml-collections, mlxtend, tensorboardX).
+# With LASP_GOLDEN_DIR set (a folder of golden files, e.g. held-out seeds), the precision-sensitive golden tests
+# run on the GPU too (XLA:GPU's TF32 default once broke them; see BENCHMARKS.md).
 # Measured on an H200: core 71 s / 145 s, torch 24 / 33 s, tests 136 s,
 # projection 135 / 137 s (fp32), 131 / 129 s (bf16), task 30 / 31 s: all parts need about 10 minutes.
 set -u

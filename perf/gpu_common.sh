@@ -1,5 +1,5 @@
-# Sourced by the one-call GPU scripts (gpu_bench.sh, gpu_rmnist.sh) after they set OUT: the wheels that
-# travel in .whl/, unbuffered output into $OUT/log.txt, and `part NAME SECONDS CMD...`, which runs one part
+# Sourced by the one-call GPU scripts (gpu_bench.sh, gpu_rmnist.sh) after they set OUT: installs the wheels in
+# .whl/ if there are any (for a GPU image without some pure-Python packages), unbuffered output into $OUT/log.txt, and `part NAME SECONDS CMD...`, which runs one part
 # in its own process under its own limit so that a failure or an overrun leaves the other parts' results;
 # BUDGET (seconds from the script's start, T0) caps the parts' limits so that the call ends inside its time limit.
 mkdir -p "$OUT"

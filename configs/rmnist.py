@@ -10,7 +10,8 @@ SD. Every method searches its subset on ``onlycurrent``, as the paper's Table 1 
 the published R-MNIST SD command searched on ``onlypast``
 (``--config.lasp.srs_data=onlypast``), which collapsed the representation (IRD stuck
 at log(2B-1), a constant embedding) in 2 of 3 seeds of configs/mnist5k_rot.py, against
-none of 3 with ``onlycurrent`` (Domain-IL 53.3 / 22.6 / 81.0 vs 76.2 / 76.8 / 78.7). Test copies use each task's own angle; the published runs rotated
+none of 3 with ``onlycurrent`` (Domain-IL 53.3 / 22.6 / 81.0 vs 76.2 / 76.8 / 78.7). Test copies use each
+task's own angle; the published runs rotated
 every copy by the last angle (``data.rmnist_test_uses_last_angle=True``).
 
 Runtime on one H200 (``--config.train.steps_per_call=59

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from typing import Iterable, Optional
-
-import numpy as np
+from lasp_jax.metrics import cell, mean_std  # noqa: F401  (the one mean (std) of every table)
 
 # Table 1 of the paper: (memory, method) -> {column: (mean, std)}.
 PAPER_TABLE1 = {
@@ -42,25 +39,6 @@ PAPER_TABLE3 = {
     "past_std": [(0.23, 0.01), (3.75, 0.10), (2.70, 0.40), (2.92, 0.09)],
     "future_std": [(2.10, 0.03), (2.54, 0.08), (3.82, 0.42), (4.99, 0.45)],
 }
-
-
-def mean_std(values: Iterable[Optional[float]]):
-  """(mean, sample std with ddof=1, n) over the finite values; std is 0 for n = 1."""
-  v = np.array([x for x in values if x is not None and math.isfinite(x)], float)
-  if v.size == 0:
-    return None, None, 0
-  return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
-
-
-def cell(ms, paper=None) -> str:
-  """'mean (std)' plus the paper's value and our difference when given."""
-  mean, std, n = ms
-  if mean is None:
-    return "–"
-  text = f"{mean:.2f} ({std:.2f})"
-  if paper is not None:
-    text += f" [paper {paper[0]:.2f}; Δ {mean - paper[0]:+.2f}]"
-  return text
 
 
 def markdown_table(header, rows) -> str:

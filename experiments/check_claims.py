@@ -118,7 +118,7 @@ def backing(scope: pathlib.Path, root: pathlib.Path = REPO, cache: dict | None =
     if path not in cache:
       cache[path] = _file_forms(path)
     forms |= cache[path]
-  from experiments import aggregate  # pylint: disable=g-import-not-at-top  (the paper's tables)
+  from experiments import aggregate  # noqa: PLC0415  (the paper's tables; experiments.aggregate imports the library)
   for table in (aggregate.PAPER_TABLE1, aggregate.PAPER_TABLE2, aggregate.PAPER_TABLE3):
     for v in _paper_values(table):
       forms |= _forms(v)

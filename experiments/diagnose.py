@@ -56,7 +56,8 @@ def main(argv):
     curves = [c for c in res["curves"] if c["task"] == t]
     extra = next(e for e in res["extra"] if e["task"] == t)
     sgd = {n: res["acc_matrix"][n][t] for n in res["acc_matrix"]}
-    sgd_overall = {n: (sum(v for v in row if v is not None) / sum(v is not None for v in row)) for n, row in sgd.items()}
+    sgd_overall = {n: (sum(v for v in row if v is not None) / sum(v is not None for v in row))
+                   for n, row in sgd.items()}
     rows.append(dict(task=t, lr_first=curves[0]["lr"], lr_last=curves[-1]["lr"], loss_first=curves[0]["loss"],
                      loss_last=curves[-1]["loss"], sgd_probe_task_mean=sgd_overall,
                      **{k: v for k, v in extra.items() if k != "task"}))
@@ -64,7 +65,7 @@ def main(argv):
   # The SGD probe of the untrained encoder, on the same final probe data.
   run.state = run.state.replace(params=initial["params"], batch_stats=initial["batch_stats"])
   run.evaluate(last)
-  untrained["sgd_probe"] = {n: run.host["overall"][n][last] for n in run.host["overall"]}
+  untrained["sgd_probe"] = {n: run.rs.overall[n][last] for n in run.rs.overall}
   report = dict(method=config.method, final_sgd_probe=res["final"], tasks=rows,
                 untrained_encoder_final=untrained, wall_time_s=res["wall_time_s"])
   text = json.dumps(report, indent=1, default=float)

@@ -28,8 +28,11 @@ import sys
 
 from absl import app, flags, logging
 
-from experiments import aggregate, runner
-from experiments.lasp_gain import METRICS, POINTS as GAIN_POINTS, Point
+from experiments import aggregate, lasp_gain, runner
+from experiments.lasp_gain import METRICS, Point
+from experiments.lasp_gain import POINTS as GAIN_POINTS
+from lasp_jax import config_lib
+from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
 
@@ -84,9 +87,7 @@ def define_flags() -> None:
 def config_for(point: Point, variant: Variant, head: str, seed: int):
   """The cell's resolved config: a Rotated MNIST point on configs/rmnist.py, a Split point as results/lasp_gain
   builds it, the head's and the variant's keys over it."""
-  from configs import rmnist  # pylint: disable=g-import-not-at-top  (configs import the library)
-  from experiments import lasp_gain  # pylint: disable=g-import-not-at-top
-  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
+  from configs import rmnist  # noqa: PLC0415  (configs import the library)
   if point.scenario == "class":
     c = lasp_gain.config_for(point, variant.method, "", seed)
     c.unlock()
@@ -249,9 +250,9 @@ FIGURE_METHODS = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "jo
 def figure(rows, path) -> None:
   """Per-angle Domain-IL against digits per domain: colour = method, solid = centred head, dashed = published
   head; raw pixels in grey; the paper-scale pair (published head, one seed) at 60,000 digits."""
-  import matplotlib  # pylint: disable=g-import-not-at-top  (matplotlib only when drawing)
+  import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
   points = [p for p in POINTS if p.scenario == "domain" and any(r["point"] == p.name for r in rows)]
   fig, ax = plt.subplots(figsize=(8, 5))
   for k, label in enumerate(FIGURE_METHODS):
@@ -292,7 +293,6 @@ def figure(rows, path) -> None:
 
 
 def report(out: pathlib.Path) -> None:
-  from lasp_jax.checkpoint import write_json_atomic, write_text_atomic  # pylint: disable=g-import-not-at-top
   rows = finished(out)
   write_text_atomic(out / "table.md", table(rows))
   write_json_atomic(out / "runs.json", rows)
@@ -327,7 +327,7 @@ def main(argv):
   if FLAGS.seeds < 1 or FLAGS.first_seed < 0:
     print("error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import xla_cache  # pylint: disable=g-import-not-at-top  (jax after the flags are checked)
+  from lasp_jax import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)

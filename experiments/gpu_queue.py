@@ -33,6 +33,8 @@ import time
 
 from absl import app, flags
 
+from experiments import aggregate, runner
+from lasp_jax import config_lib
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -84,9 +86,8 @@ LABELS = {"sd": "SD (onlypast)", "co2l": "Co2L", "gm": "GM", "sd_gm": "SD+GM"}
 
 def state(out: pathlib.Path, cell: Cell) -> str:
   """'done', 'failed' or 'missing'."""
-  if (out / cell.name / "results.json").exists():
-    return "done"
-  return "failed" if (out / cell.name / "FAILED.json").exists() else "missing"
+  res = runner.outcome(out / cell.name)
+  return "missing" if res is None else "failed" if runner.failed(res) else "done"
 
 
 def expected_s(out: pathlib.Path, cell: Cell) -> float:
@@ -170,9 +171,8 @@ def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: f
       (dest / "log.txt").write_text(text)
       ended.append(c.name)
     elif rc == 2 and "non-finite" in text:
-      dest.mkdir(parents=True, exist_ok=True)
-      write_json_atomic(dest / "FAILED.json", {"failed": [l for l in text.splitlines() if l.startswith("error:")][-1:],
-                                    "cell": c.name})
+      errors = [line for line in text.splitlines() if line.startswith("error:")]
+      runner.mark_failed(dest, errors[-1] if errors else "non-finite loss", c.seed)
       (dest / "log.txt").write_text(text)
       ended.append(c.name)
     else:
@@ -228,8 +228,6 @@ def _batch_estimate(out: pathlib.Path, todo) -> float:
 
 def write_table(out: pathlib.Path) -> None:
   """table.md: per memory and method, mean (std) over the finished seeds of both metrics, the paper beside."""
-  from experiments import aggregate  # pylint: disable=g-import-not-at-top
-  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
   rows, differ = [], set()
   pixels = _read(out / "raw_pixels.json")
   for memory in (200, 500):

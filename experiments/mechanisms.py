@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import json
 import pathlib
-import tempfile
 import sys
+import tempfile
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 from absl import app, flags, logging
 
 from experiments import aggregate, equal_heads
+from lasp_jax import config_lib, health, provenance, steps, train, xla_cache
+from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.data import augment
 
 FLAGS = flags.FLAGS
 FIRST_LATER = ("SD onlycurrent", "SD onlypast", "Co2L", "Co2L lambda5", "SD all dims")
@@ -41,7 +47,6 @@ def define_flags() -> None:
 
 def head_output(run, views):
   """The head's output before centring and normalization (train-mode encoder), (2B, D)."""
-  import jax  # pylint: disable=g-import-not-at-top
   p = run.state.params["head"]
   (feats, _), _ = run.model.apply(run.state.variables(), views, train=True, mutable=["batch_stats"])
   h = jax.nn.relu(feats @ p["fc1"]["kernel"] + p["fc1"]["bias"])
@@ -50,9 +55,6 @@ def head_output(run, views):
 
 def first_batch(run, t: int):
   """Task t's first training batch as the run's next epoch would draw it, its two views and labels."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from lasp_jax import steps  # pylint: disable=g-import-not-at-top
-  from lasp_jax.data import augment  # pylint: disable=g-import-not-at-top
   plan = run.epoch_plan(t)
   b = steps.epoch_batches(plan["pool"], run.config.train.batch_size, 1, np.random.default_rng(plan["shuffle"]),
                           take=plan["per_epoch"])
@@ -66,23 +68,20 @@ def first_batch(run, t: int):
 def measure(run, t: int) -> dict:
   """Offset and spread of the head's output, the loss terms beside their degenerate values, each term's gradient
   norm as the step weighs it, on task t's first batch (the past model and mask as the run holds them)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  import optax  # pylint: disable=g-import-not-at-top
-  from lasp_jax import health, steps  # pylint: disable=g-import-not-at-top
   batch, views, labels = first_batch(run, t)
   valid = np.concatenate([np.asarray(batch.valid)] * 2)
   h = head_output(run, views)[valid]
   mean = h.mean(0)
   spread = float(np.sqrt(np.mean(np.sum((h - mean) ** 2, axis=1))))
-  mask = jnp.asarray(run.host["mask"], bool)
+  mask = jnp.asarray(run.rs.mask, bool)
 
   def term(k):
     def f(params):
       return steps._losses(params, run.state, run.past, mask, views, labels, batch, run.model, run.loss_cfg)[1][k]
     return f
-  out = {"offset": float(np.linalg.norm(mean)), "spread": spread, "offset_over_spread": float(np.linalg.norm(mean)) / spread,
-         "selected_dims": int(np.sum(run.host["mask"]))}
+  offset = float(np.linalg.norm(mean))
+  out = {"offset": offset, "spread": spread, "offset_over_spread": offset / spread,
+         "selected_dims": int(np.sum(run.rs.mask))}
   sup, g_sup = jax.value_and_grad(term(0))(run.state.params)
   n = int(np.sum(np.asarray(batch.valid)))
   cur = int(np.sum(np.asarray(batch.valid) & np.asarray(batch.is_current)))
@@ -92,8 +91,9 @@ def measure(run, t: int) -> dict:
       grad_supcon=float(optax.tree.norm(g_sup)))
   if run.past is not None:
     ird, g_ird = jax.value_and_grad(term(1))(run.state.params)
-    out.update(ird=float(ird), ird_uniform=health.ird_uniform_value(num_valid=[n]),
-               ird_weight=run.loss_cfg.ird_weight, grad_weighted_ird=run.loss_cfg.ird_weight * float(optax.tree.norm(g_ird)))
+    w = run.loss_cfg.ird_weight
+    out.update(ird=float(ird), ird_uniform=health.ird_uniform_value(num_valid=[n]), ird_weight=w,
+               grad_weighted_ird=w * float(optax.tree.norm(g_ird)))
     (_, z), _ = run.model.apply(run.state.variables(), views, train=True, mask=jnp.asarray(valid),
                                 mutable=["batch_stats"])
     zv = np.asarray(z, np.float64)[valid]
@@ -102,7 +102,6 @@ def measure(run, t: int) -> dict:
 
 
 def first_later_task(point, seed: int) -> list[dict]:
-  from lasp_jax import train  # pylint: disable=g-import-not-at-top
   by_label = {v.label: v for v in equal_heads.VARIANTS}
   rows = []
   for head in equal_heads.HEADS:
@@ -116,10 +115,11 @@ def first_later_task(point, seed: int) -> list[dict]:
         start = measure(run, 1)
         run.run_task(1)
         end = measure(run, 1)
-        curves = [c for c in run.host["curves"] if c["task"] == 1]
-        flags_ = sorted({f["check"] for f in run.host.get("health", []) if f["task"] == 1})
+        curves = [c for c in run.rs.curves if c["task"] == 1]
+        flags_ = sorted({f["check"] for f in run.rs.health if f["task"] == 1})
+      curve = [{k: c[k] for k in ("epoch", "supcon", "ird", "z_var", "grad_norm")} for c in curves]
       rows.append({"head": head, "method": label, "seed": seed, "start": start, "end": end, "task1_flags": flags_,
-                   "task1_curve": [{k: c[k] for k in ("epoch", "supcon", "ird", "z_var", "grad_norm")} for c in curves]})
+                   "task1_curve": curve})
       print(f"{head} {label}: offset/spread {start['offset_over_spread']:.2f} -> {end['offset_over_spread']:.2f}, "
             f"flags {flags_}", flush=True)
   return rows
@@ -127,7 +127,6 @@ def first_later_task(point, seed: int) -> list[dict]:
 
 def co2l_whole_run(point, seed: int) -> list[dict]:
   """Co2L on both heads, a probe after every task; offset and spread at every task's end."""
-  from lasp_jax import config_lib, train  # pylint: disable=g-import-not-at-top
   co2l = next(v for v in equal_heads.VARIANTS if v.label == "Co2L")
   rows = []
   for head in equal_heads.HEADS:
@@ -136,7 +135,7 @@ def co2l_whole_run(point, seed: int) -> list[dict]:
                                                      **{"eval.every_task": True, "eval.raw_pixels": False}))
     ends = []
 
-    def at_end(run, t):
+    def at_end(run, t, ends=ends):
       m = measure(run, t)
       ends.append({"task": t, **{k: m[k] for k in ("offset", "spread", "offset_over_spread") if k in m},
                    **({"z_var": m["z_var"]} if "z_var" in m else {})})
@@ -198,8 +197,6 @@ def main(argv):
   if bad:
     print(f"error: unknown --parts {', '.join(bad)}; expected some of a, b", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import provenance, xla_cache  # pylint: disable=g-import-not-at-top
-  from lasp_jax.checkpoint import write_json_atomic, write_text_atomic  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import matplotlib.pyplot as plt  # noqa: E402  (after the setting above)
 import numpy as np
 
 

@@ -27,6 +27,7 @@ import re
 
 from absl import app, flags, logging
 
+from configs import rmnist
 from experiments import aggregate
 from lasp_jax import config_lib, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
@@ -67,7 +68,6 @@ def protocol(line: dict) -> dict:
 
 
 def lasp_config(p: dict, method: str, seed: int, angles, idx_dir: str):
-  from configs import rmnist  # pylint: disable=g-import-not-at-top
   c = rmnist.get_config()
   over = {"preset": "published", "method": method, "seed": seed, "progress": False,
           "data.num_tasks": p["num_tasks"], "data.rotation_angles": tuple(angles),

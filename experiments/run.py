@@ -25,7 +25,8 @@ import traceback
 
 from absl import app, flags, logging
 
-from experiments import aggregate, plots
+from configs import cifar10, mnist5k, mnist5k_rot, rmnist, tiny, tinyimagenet
+from experiments import aggregate, plots, runner, subsets
 from lasp_jax import config_lib, report, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
@@ -37,7 +38,8 @@ flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of th
 flags.DEFINE_list("memories", None, "Memory sizes of the Table 1 grid (default: 200,500 at paper scale; 500, the "
                   "size of Table 2 and the embedding figure, at the small scale, to fit an hour on 2 cores).")
 flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
-flags.DEFINE_bool("dry_run", False, "List each grid's runs (validated configs, workdirs, finished or not); start nothing.")
+flags.DEFINE_bool("dry_run", False,
+                  "List each grid's runs (validated configs, workdirs, finished or not); start nothing.")
 flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
 
 METHODS = ("co2l", "sd", "gm", "sd_gm")
@@ -48,11 +50,9 @@ SRS = ("onlypast", "combined", "onlycurrent")
 
 def dataset_configs(scale: str) -> dict:
   """Column group -> a get_config() for that dataset at this scale."""
-  from configs import cifar10, mnist5k, mnist5k_rot, rmnist, tinyimagenet  # pylint: disable=g-import-not-at-top
   if scale == "paper":
     return {"cifar10": cifar10.get_config, "tiny": tinyimagenet.get_config, "rmnist": rmnist.get_config}
   if scale == "tiny":  # seconds per run: for the smoke tests of this script
-    from configs import tiny  # pylint: disable=g-import-not-at-top
 
     def tiny_split():
       c = tiny.get_config()
@@ -107,10 +107,9 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
       else:
         res = train.ContinualRun(config, wd, on_task_end=on_task_end).run()
       records.append({**tags, "workdir": str(wd), "results": res})
-    except Exception as e:  # pylint: disable=broad-except  (a failed run must not stop the grid)
+    except Exception as e:  # noqa: BLE001  (a failed run must not stop the grid; its marker keeps the traceback)
       print(f"run FAILED {tags} in {wd}: {e}")
-      (wd / "FAILED.txt").parent.mkdir(parents=True, exist_ok=True)
-      (wd / "FAILED.txt").write_text(traceback.format_exc())
+      runner.mark_failed(wd, traceback.format_exc(), config.seed)
       records.append({**tags, "workdir": str(wd), "error": str(e)})
   return records
 
@@ -272,7 +271,6 @@ TABLE3_SUBSETS = {"tiny": 10}
 
 
 def table3(scale, seeds, out):
-  from experiments import subsets  # pylint: disable=g-import-not-at-top
   n = TABLE3_SUBSETS.get(scale, subsets.NUM_SUBSETS)
   hook = lambda run, t: {"subsets": subsets.boundary_table(run, t, n)} if t < run.stream.num_tasks - 1 else {}
   records = run_grid(out, grid_table3(scale, seeds), on_task_end=hook)

@@ -44,11 +44,18 @@ def run_or_skip(workdir, config, on_task_end: Optional[Callable] = None, keep_bu
   try:
     res = train.ContinualRun(config, workdir, on_task_end=on_task_end).run()
   except TrainingError as e:
-    res = {"failed": str(e), "seed": config.seed, "provenance": provenance.provenance()}
-    write_json_atomic(workdir / FAILED, res)
+    res = mark_failed(workdir, str(e), config.seed)
   if not keep_bulky:
     for sub in BULKY:
       shutil.rmtree(workdir / sub, ignore_errors=True)
+  return res
+
+
+def mark_failed(workdir, error: str, seed: int) -> dict:
+  """Writes the cell's failure marker (atomically) and returns it."""
+  res = {"failed": error, "seed": seed, "provenance": provenance.provenance()}
+  pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+  write_json_atomic(pathlib.Path(workdir) / FAILED, res)
   return res
 
 

@@ -15,14 +15,12 @@ pixels.
 from __future__ import annotations
 
 import importlib
-import json
 import pathlib
-import shutil
 
 from absl import app, flags, logging
 
-from experiments import aggregate
-from lasp_jax import config_lib, health, train, xla_cache
+from experiments import aggregate, runner
+from lasp_jax import config_lib, health, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -38,12 +36,10 @@ def run_config(point: str, method: str, boundaries: str, seed: int):
                              progress=False)
 
 
-def run_one(root: pathlib.Path, point: str, method: str, boundaries: str, seed: int) -> dict:
+def run_one(root: pathlib.Path, point: str, method: str, boundaries: str, seed: int, train: bool = True) -> dict:
+  """The cell's results (trained unless ``train`` is False: then only read)."""
   wd = root / "runs" / f"{point}_{method}_{boundaries}_seed{seed}"
-  if not (wd / "results.json").exists():
-    train.train_and_evaluate(run_config(point, method, boundaries, seed), wd)
-    shutil.rmtree(wd / "checkpoints", ignore_errors=True)
-  return json.loads((wd / "results.json").read_text())
+  return runner.run_or_skip(wd, run_config(point, method, boundaries, seed)) if train else runner.outcome(wd)
 
 
 def metric(results: dict) -> str:
@@ -61,34 +57,57 @@ def flags_of(results: dict) -> str:
 def point_table(point: str, pairs: list[tuple[dict, dict, dict]]) -> list[str]:
   """Rows of one point: a line per seed, then the means; then the same runs beside their bounds."""
   m = metric(pairs[0][0])
-  lines = [f"### {point} ({m}, method {pairs[0][0]['method']})", "",
-           "| seed | given | detected | detected - given | precision | recall | mean delay (steps) | detected at "
-           "(true) | health given / detected |", "|---|---|---|---|---|---|---|---|---|"]
+  rows = []
   for g, d, _ in pairs:
     bd = d["boundary_detection"]
     delay = "-" if bd["mean_delay_steps"] is None else f"{bd['mean_delay_steps']:.1f}"
-    lines.append(f"| {g['seed']} | {g['final'][m]:.2f} | {d['final'][m]:.2f} | {d['final'][m] - g['final'][m]:+.2f} | "
-                 f"{bd['precision']:.2f} | {bd['recall']:.2f} | {delay} | {bd['detected']} ({bd['true']}) | "
-                 f"{flags_of(g)} / {flags_of(d)} |")
+    rows.append([g["seed"], f"{g['final'][m]:.2f}", f"{d['final'][m]:.2f}", f"{d['final'][m] - g['final'][m]:+.2f}",
+                 f"{bd['precision']:.2f}", f"{bd['recall']:.2f}", delay, f"{bd['detected']} ({bd['true']})",
+                 f"{flags_of(g)} / {flags_of(d)}"])
   gap = [d["final"][m] - g["final"][m] for g, d, _ in pairs]
-  lines.append(f"| mean (std) | {mean_std([g['final'][m] for g, _, _ in pairs])} | "
-               f"{mean_std([d['final'][m] for _, d, _ in pairs])} | {mean_std(gap)} | "
-               f"{mean_std([d['boundary_detection']['precision'] for _, d, _ in pairs])} | "
-               f"{mean_std([d['boundary_detection']['recall'] for _, d, _ in pairs])} | | | |")
-  return lines + [""] + bounds_table(m, pairs)
+  rows.append(["mean (std)", mean_std([g["final"][m] for g, _, _ in pairs]),
+               mean_std([d["final"][m] for _, d, _ in pairs]), mean_std(gap),
+               mean_std([d["boundary_detection"]["precision"] for _, d, _ in pairs]),
+               mean_std([d["boundary_detection"]["recall"] for _, d, _ in pairs]), "", "", ""])
+  header = ["seed", "given", "detected", "detected - given", "precision", "recall", "mean delay (steps)",
+            "detected at (true)", "health given / detected"]
+  return ([f"### {point} ({m}, method {pairs[0][0]['method']})", "", aggregate.markdown_table(header, rows), ""]
+          + bounds_table(m, pairs))
 
 
 def bounds_table(m: str, pairs) -> list[str]:
-  """The given-boundary run beside its bounds, seed by seed: finetune, joint (``bounds``), raw pixels."""
-  lines = ["| seed | method (given) | finetune | joint | raw pixels | health finetune / joint |", "|---|---|---|---|---|---|"]
-  for g, _, b in pairs:
-    lines.append(f"| {g['seed']} | {g['final'][m]:.2f} | {b['finetune']['final'][m]:.2f} | "
-                 f"{b['joint']['final'][m]:.2f} | {g['baselines']['raw_pixels'][m]:.2f} | "
-                 f"{flags_of(b['finetune'])} / {flags_of(b['joint'])} |")
+  """The given-boundary run beside its bounds, seed by seed: finetune, joint, raw pixels (flagged runs in the
+  means)."""
+  rows = [[g["seed"], f"{g['final'][m]:.2f}", f"{b['finetune']['final'][m]:.2f}", f"{b['joint']['final'][m]:.2f}",
+           f"{g['baselines']['raw_pixels'][m]:.2f}", f"{flags_of(b['finetune'])} / {flags_of(b['joint'])}"]
+          for g, _, b in pairs]
   col = lambda f: mean_std([f(p) for p in pairs])
-  lines.append(f"| mean (std) | {col(lambda p: p[0]['final'][m])} | {col(lambda p: p[2]['finetune']['final'][m])} | "
-               f"{col(lambda p: p[2]['joint']['final'][m])} | {col(lambda p: p[0]['baselines']['raw_pixels'][m])} | |")
-  return lines + [""]
+  rows.append(["mean (std)", col(lambda p: p[0]["final"][m]), col(lambda p: p[2]["finetune"]["final"][m]),
+               col(lambda p: p[2]["joint"]["final"][m]), col(lambda p: p[0]["baselines"]["raw_pixels"][m]), ""])
+  header = ["seed", "method (given)", "finetune", "joint", "raw pixels", "health finetune / joint"]
+  return [aggregate.markdown_table(header, rows), ""]
+
+
+def collect(root: pathlib.Path, points, seeds: int, method: str, train: bool = True):
+  """(table lines, runs.json rows) of every point and seed; ``train``: run the cells that have not ended."""
+  table = ["Mean (std) over seeds, **flagged runs included** (each run's checks are in its row).", ""]
+  runs = []
+  for point in points:
+    pairs = []
+    for seed in range(seeds):
+      pair = tuple(run_one(root, point, method, b, seed, train) for b in ("given", "detected"))
+      bounds = {b: run_one(root, point, b, "given", seed, train) for b in ("finetune", "joint")}
+      pairs.append(pair + (bounds,))
+      runs.extend({"point": point, "boundaries": b, "seed": seed, "final": r["final"],
+                   "boundary_detection": {k: v for k, v in r.get("boundary_detection", {}).items()
+                                          if k != "observations"},
+                   "health": r["health"]["checks"], "commit": r["provenance"].get("git_commit")}
+                  for b, r in zip(("given", "detected"), pair))
+      if train:
+        print(f"{point} seed {seed}: given {pair[0]['final']}, detected {pair[1]['final']}, "
+              f"detection {runs[-1]['boundary_detection']}", flush=True)
+    table += point_table(point, pairs)
+  return table, runs
 
 
 def main(argv):
@@ -96,21 +115,7 @@ def main(argv):
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable("~/.cache/lasp_jax/xla")
   root = pathlib.Path(FLAGS.results)
-  table, runs = [], []
-  for point in FLAGS.points:
-    pairs = []
-    for seed in range(FLAGS.seeds):
-      pair = tuple(run_one(root, point, FLAGS.method, b, seed) for b in ("given", "detected"))
-      bounds = {b: run_one(root, point, b, "given", seed) for b in ("finetune", "joint")}
-      pairs.append(pair + (bounds,))
-      runs.extend({"point": point, "boundaries": b, "seed": seed, "final": r["final"],
-                   "boundary_detection": {k: v for k, v in r.get("boundary_detection", {}).items()
-                                          if k != "observations"},
-                   "health": r["health"]["checks"], "commit": r["provenance"].get("git_commit")}
-                  for b, r in zip(("given", "detected"), pair))
-      print(f"{point} seed {seed}: given {pair[0]['final']}, detected {pair[1]['final']}, "
-            f"detection {runs[-1]['boundary_detection']}", flush=True)
-    table += point_table(point, pairs)
+  table, runs = collect(root, FLAGS.points, FLAGS.seeds, FLAGS.method)
   write_text_atomic(root / "table.md", "\n".join(table))
   write_json_atomic(root / "runs.json", runs)
   print("\n".join(table))

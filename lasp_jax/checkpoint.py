@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import signal
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -22,6 +22,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from lasp_jax import config_lib
 from lasp_jax.errors import ConfigError, TrainingError
 
 
@@ -124,7 +125,6 @@ def may_resume(ckpt: Checkpointer, workdir: pathlib.Path, config) -> bool:
   matches the config in everything that changes results (ConfigError naming the keys otherwise; checkpoints
   without a config.json are refused). ``force``: whatever they are.
   """
-  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
   if ckpt.latest() is None:
     return False
   if config.resume == "never":

@@ -5,7 +5,6 @@ Every check raises :class:`ConfigError` with one line naming the bad key.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 
@@ -13,36 +12,16 @@ import ml_collections
 
 # Without jax (choices.py): main.py checks a config before the library loads.
 from lasp_jax import choices, cpu_kernels
+from lasp_jax import methods as methods_lib
 from lasp_jax.data import sources
 from lasp_jax.errors import ConfigError
 
-@dataclasses.dataclass(frozen=True)
-class Method:
-  """What a method trains with; everything else (loss, probe, schedule) is shared."""
-  replay: bool         # the memory joins the training pool (else it only feeds the probe)
-  distill: bool        # IRD against the past model
-  cumulative: bool     # task t trains on every task <= t's full data, at the continual pool's step budget
-  sd: bool = False     # IRD on the salient dims only (LASP selective distillation)
-  gm: bool = False     # gradient modulation by EB salience
-  ird_weight: float = 1.0  # published --distill_power
-
-
-METHOD_SPECS = {
-    "co2l": Method(replay=True, distill=True, cumulative=False),
-    "sd": Method(replay=True, distill=True, cumulative=False, sd=True, ird_weight=5.0),
-    "gm": Method(replay=True, distill=True, cumulative=False, gm=True),
-    "sd_gm": Method(replay=True, distill=True, cumulative=False, sd=True, gm=True, ird_weight=5.0),
-    # Baselines. finetune: SupCon on the current task alone (lower bound); joint: all data seen so far (upper bound).
-    "finetune": Method(replay=False, distill=False, cumulative=False, ird_weight=0.0),
-    "joint": Method(replay=False, distill=False, cumulative=True, ird_weight=0.0),
-}
-METHODS = tuple(METHOD_SPECS)
-BASELINES = ("finetune", "joint")
+BASELINES = methods_lib.BASELINES
 # Keys that may change between a run and its resumption.
 # "preset" is here because runs see resolved configs: its effect is in the keys it sets.
 # "model.cpu_convs" picks kernels, which change results only by float32 rounding.
-RESUME_FREE_KEYS = ("resume", "progress", "pictures", "train.checkpoint_every_steps", "data.data_dir", "provenance", "preset",
-                    "model.cpu_convs", "seeds_mode")
+RESUME_FREE_KEYS = ("resume", "progress", "pictures", "train.checkpoint_every_steps", "data.data_dir", "provenance",
+                    "preset", "model.cpu_convs", "seeds_mode")
 
 
 SEEDS_MODES = ("auto", "vmap", "sequential")
@@ -66,7 +45,7 @@ def _positive(name, value):
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
   _choice("dataset", config.dataset, sorted(sources.SOURCES))
-  _choice("method", config.method, METHODS)
+  _choice("method", config.method, methods_lib.METHODS)
   if config.data.source not in choices.DATA_SOURCES.get(config.dataset, (config.data.source,)):
     raise ConfigError(f"data.source {config.data.source!r} does not apply to dataset {config.dataset!r}; expected one "
                       f"of {list(choices.DATA_SOURCES[config.dataset])}")
@@ -188,28 +167,29 @@ def override(config, **dotted):
   return config
 
 
-def method(config) -> Method:
-  return METHOD_SPECS[config.method]
+def method(config) -> methods_lib.Method:
+  """The method object ``config.method`` names (methods.METHODS)."""
+  return methods_lib.METHODS[config.method]
 
 
 def ird_weight(config) -> float:
   w = config.train.ird_weight
-  if not method(config).distill:
+  if not method(config).distills:
     return 0.0
   return method(config).ird_weight if w is None or w < 0 else float(w)
 
 
 def uses_sd(config) -> bool:
-  return method(config).sd
+  return method(config).selective
 
 
 def uses_gm(config) -> bool:
-  return method(config).gm
+  return method(config).modulates
 
 
 def augment_config(config, *, rotate: bool):
   """The augmentation's settings (an ``augment.AugmentConfig``); ``rotate``: the stream's (domain angles)."""
-  from lasp_jax.data.augment import AugmentConfig  # pylint: disable=g-import-not-at-top  (jax)
+  from lasp_jax.data.augment import AugmentConfig  # noqa: PLC0415  (jax)
   a = config.augment
   norm = dict(mean=tuple(a.mean), std=tuple(a.std)) if a.normalize else {}
   return AugmentConfig(size=a.size, crop_scale=tuple(a.crop_scale), flip=a.flip, jitter_p=a.jitter_p,

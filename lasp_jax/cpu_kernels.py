@@ -34,7 +34,7 @@ R-MNIST net (and its BN variant, configs/mnist5k.py) gained nothing from keeping
 All paths agree to float32 rounding (tests/test_cpu_kernels.py, tests/test_conv.py).
 
 The figures above are from a 2-vCPU Intel Xeon (AVX-512). On a 2-vCPU AMD EPYC (Zen 1, AVX2 only)
-the choices were re-checked (BENCHMARKS.md): ResNet-18's step (batch 32, past model) 5.3 s as chosen, 11.7 s with YNNPACK
+the choices were re-checked: ResNet-18's step (batch 32, past model) 5.3 s as chosen, 11.7 s with YNNPACK
 convolutions, 6.1 s with ``matmul`` gradients, 5.9 s keeping only YNNPACK's dots; the
 R-MNIST net's YNNPACK fusion types within the noise of each other. The choices stand on both.
 """
@@ -66,7 +66,7 @@ def resolve(model_name: str, convs: str = "auto", conv_backward: str = "auto",
             backend: Optional[str] = None) -> CpuKernels:
   """The concrete choice for this net on ``backend`` (default: JAX's default backend)."""
   if backend is None:
-    import jax  # pylint: disable=g-import-not-at-top  (here: config_lib imports this module without jax)
+    import jax  # noqa: PLC0415  (here: config_lib imports this module without jax)
     backend = jax.default_backend()
   auto = CPU_AUTO.get(model_name, CPU_AUTO["resnet18"]) if backend == "cpu" else ACCELERATOR
   return CpuKernels(convs=auto.convs if convs == "auto" or backend != "cpu" else convs,

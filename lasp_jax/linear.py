@@ -20,7 +20,6 @@ import threadpoolctl
 
 from lasp_jax import progress
 
-
 _MANY_THREADS_FROM = 1 << 22  # inputs (N * F values) from which the fit uses all BLAS threads
 
 

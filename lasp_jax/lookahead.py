@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax import choices, config_lib, mask_search, pools, salience
-from lasp_jax.modulation import is_weight_path
 from lasp_jax.data import augment
+from lasp_jax.modulation import is_weight_path
 from lasp_jax.steps import Batch, DeviceData, LossConfig, contrastive_labels
 
 SRS_DATA = choices.SRS_DATA
@@ -113,17 +113,18 @@ def weight_fraction_frozen(gamma) -> float:
   return float(sum(jnp.sum(l >= 1) for l in leaves) / max(total, 1))
 
 
-def at_boundary(run, t: int, memory, pool: Batch) -> BoundaryResult:
-  """The LASP work of a run's boundary before its segment t: look-ahead rows drawn from the segment's training
-  ``pool`` (its data + the new ``memory``) as ``lasp.srs_data`` says, then :func:`boundary` on the model as it
-  ended segment t - 1."""
-  c, s = run.config, run.stream
+def at_boundary(t: int, memory, pool: Batch, *, config, stream, parts, variables, data) -> BoundaryResult:
+  """The LASP work before the learner's segment t: look-ahead rows drawn from the segment's training ``pool``
+  (its data + the new ``memory``) as ``lasp.srs_data`` says, then :func:`boundary` on ``variables`` (the model as
+  it ended segment t - 1). ``parts``: the run's model, aug_cfg, loss_cfg and compiler_options."""
+  c, s = config, stream
   rng = np.random.default_rng([c.seed, t, 0x5253])
   rows = lookahead_rows(pool, pools.memory_pool(s, memory), c.lasp.srs_data, c.train.batch_size, rng)
   key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
-  res = boundary(key, run.model, run.state.variables(), run.data, jax.tree.map(jnp.asarray, rows),
-                 aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg, lasp_cfg=c.lasp, num_classes=s.num_contrastive_classes,
-                 need_gamma=config_lib.uses_gm(c), compiler_options=run.compiler_options)
+  res = boundary(key, parts.model, variables, data, jax.tree.map(jnp.asarray, rows),
+                 aug_cfg=parts.aug_cfg, loss_cfg=parts.loss_cfg, lasp_cfg=c.lasp,
+                 num_classes=s.num_contrastive_classes, need_gamma=config_lib.uses_gm(c),
+                 compiler_options=parts.compiler_options)
   subset = c.lasp.get("subset", "searched")
   if subset == "random":
     res = random_subset(res, np.random.default_rng([c.seed, t, 0x726E64]))

@@ -7,6 +7,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from lasp_jax import config_lib
 from lasp_jax.errors import LaspError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -48,7 +49,7 @@ def main(argv):
   # Orbax logs every save at INFO, TFDS a WARNING line when it probes a data_dir: errors are one line.
   logging.set_verbosity(logging.ERROR)
   if _MULTIHOST.value:
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax  # noqa: PLC0415  (only for several hosts; the config check below runs before jax loads)
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
   try:
     config = _CONFIG.value
@@ -56,47 +57,15 @@ def main(argv):
   except (OSError, ImportError, SyntaxError, AttributeError) as e:
     print(f"error: cannot load --config: {_one_line(e)}", file=sys.stderr)
     sys.exit(2)
-  # A bad value is one line before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib has no jax.
-  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
   try:
+    # A bad value is one line before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib has no jax.
     config_lib.validate(config_lib.resolved(config))
+    from lasp_jax import cli  # noqa: PLC0415  (jax loads here, after the config check)
+    cli.run_command(config, _WORKDIR.value or default_workdir(config), baselines=_BASELINES.value,
+                    compile_cache=_CACHE.value)
   except LaspError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import baselines, report, seeds, train, xla_cache  # pylint: disable=g-import-not-at-top  (after flag parsing: fast --help)
-  xla_cache.enable(_CACHE.value)
-  workdir = _WORKDIR.value or default_workdir(config)
-  runs = {config.method: (config, workdir)}
-  if _BASELINES.value:
-    runs.update({name: (baselines.baseline_config(config, name), os.path.join(workdir, "baselines", name))
-                 for name in baselines.NAMES if name != config.method})
-  results = {}
-  try:
-    for name, (cfg, wd) in runs.items():
-      if cfg.num_seeds > 1:
-        per_seed = seeds.SeedGroup(cfg, wd).run()
-        how = "vmapped" if seeds.vmapped(cfg) else "one after another"
-        print(f"{name}, {cfg.num_seeds} seeds ({how}):\n{seeds.seed_table(per_seed)}")
-        results[name] = seeds.mean_result(per_seed)
-      else:
-        results[name] = train.train_and_evaluate(cfg, wd)
-  except LaspError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  if config.num_seeds == 1:
-    print(report.summary(results[config.method]))
-  pictures = []
-  if len(results) > 1:
-    print(baselines.comparison(results))
-    if config.pictures:
-      pictures.append(os.path.join(workdir, "comparison.png"))
-      seeds = f", mean ± std of {config.num_seeds} seeds" if config.num_seeds > 1 else f" seed {config.seed}"
-      report.comparison_chart(results, pictures[-1], what=f"{config.dataset}{seeds}")
-  runs_dir = os.path.join(workdir, "seed_*" if config.num_seeds > 1 else "")
-  if config.pictures:
-    pictures[:0] = [os.path.join(runs_dir, name) for name in ("acc_matrix.png", "curves.png")]
-    print(f"pictures: {', '.join(pictures)}")
-  print(f"results: {os.path.join(runs_dir, 'results.json')}")
 
 
 def run():

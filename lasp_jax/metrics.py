@@ -13,6 +13,7 @@ Forgetting and BWT need every row; with a last-task-only evaluation they are Non
 from __future__ import annotations
 
 import math
+from typing import Iterable, Optional
 
 import numpy as np
 
@@ -62,3 +63,22 @@ def format_matrix(name: str, a: np.ndarray) -> str:
       continue
     lines.append(f"{'after T' + str(t):>10} " + " ".join("  -   " if not np.isfinite(v) else f"{v:6.2f}" for v in row))
   return "\n".join(lines)
+
+
+def mean_std(values: Iterable[Optional[float]]):
+  """(mean, sample std with ddof=1, n) over the finite values; std is 0 for n = 1."""
+  v = np.array([x for x in values if x is not None and math.isfinite(x)], float)
+  if v.size == 0:
+    return None, None, 0
+  return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
+
+
+def cell(ms, paper=None) -> str:
+  """'mean (std)' plus the paper's value and our difference when given."""
+  mean, std, n = ms
+  if mean is None:
+    return "–"
+  text = f"{mean:.2f} ({std:.2f})"
+  if paper is not None:
+    text += f" [paper {paper[0]:.2f}; Δ {mean - paper[0]:+.2f}]"
+  return text

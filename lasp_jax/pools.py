@@ -38,20 +38,3 @@ def memory_pool(stream, memory) -> Batch:
 def training_pool(stream, memory, t: int, slot=None) -> Batch:
   """Task t's own samples (current) followed by the memory (past)."""
   return concat_pools(task_pool(stream, t, slot), memory_pool(stream, memory))
-
-
-def method_pool(spec, stream, memory, t: int, slot=None) -> tuple[Batch, int]:
-  """Task t's training pool as the method ``spec`` (config_lib.Method) defines it, and the samples of one epoch.
-
-  Replay methods: the task's data + the memory. finetune: the task's data only (the memory is kept for the
-  probe). joint: every task <= t's data, an epoch drawing as many samples as a replay method's epoch (same step
-  budget).
-  """
-  if spec.replay:
-    pool = training_pool(stream, memory, t, slot)
-    return pool, len(pool.index)
-  own = task_pool(stream, t, slot)
-  if not spec.cumulative:
-    return own, len(own.index)
-  pool = concat_pools(*[task_pool(stream, j) for j in range(t + 1)])
-  return pool, min(len(pool.index), len(own.index) + len(memory))

@@ -10,6 +10,7 @@ import socket
 import subprocess
 
 import jax
+import jaxlib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,6 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _static() -> dict:
-  import jaxlib  # pylint: disable=g-import-not-at-top
   commit = _git("rev-parse", "HEAD")
   status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
   devices = jax.devices()

@@ -11,6 +11,8 @@ import pathlib
 
 import numpy as np
 
+from lasp_jax import config_lib, health, metrics, provenance
+
 # Panels of curves.png: (title, curve key, its degenerate reference or None, the health checks marked there).
 _PANELS = (("SupCon (current-task anchors)", "supcon", "supcon_const",
             ("supcon_constant",)),
@@ -22,16 +24,15 @@ _REFERENCE_LABEL = {"supcon_const": "constant embedding", "ird_uniform": "unifor
 
 
 def _pyplot():
-  import matplotlib  # pylint: disable=g-import-not-at-top  (a run without pictures never loads it)
+  import matplotlib  # noqa: PLC0415  (a run without pictures never loads matplotlib)
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt  # noqa: PLC0415  (a run without pictures never loads matplotlib)
   return plt
 
 
 def _footer(fig, results: dict, what: str = "") -> None:
   prov = results.get("provenance")
   if prov is None:  # a seeds' mean: this process's provenance
-    from lasp_jax import provenance  # pylint: disable=g-import-not-at-top
     prov = provenance.provenance()
   commit = str(prov.get("git_commit") or "unknown")[:10] + (" (modified)" if prov.get("git_dirty") else "")
   machine = prov.get("cpu") if prov.get("platform") == "cpu" else prov.get("device_kind")
@@ -133,34 +134,32 @@ def run_pictures(results: dict, workdir) -> list[pathlib.Path]:
   return paths
 
 
-def results(config, stream, host: dict, *, wall_time_s: float) -> dict:
-  """The results.json of a run from its host state: accuracy matrices and their summaries, curves, boundaries,
-  health, baselines, timing, provenance."""
-  from lasp_jax import config_lib, health, metrics, provenance  # pylint: disable=g-import-not-at-top
-  c, s, h = config, stream, host
-  acc = {n: metrics.from_json_matrix(rows) for n, rows in h["acc"].items()}
+def results(config, stream, rs, *, wall_time_s: float) -> dict:
+  """The results.json of a run from its state ``rs`` (run_state.RunState): accuracy matrices and their summaries,
+  curves, boundaries, health, baselines, timing, provenance."""
+  c, s = config, stream
+  acc = {n: metrics.from_json_matrix(rows) for n, rows in rs.acc.items()}
   last = s.num_tasks - 1
   return {
       "dataset": c.dataset, "method": c.method, "scenario": s.scenario, "seed": c.seed,
       "num_tasks": s.num_tasks, "memory_size": c.memory.size, "embedding_dim": c.model.embedding_dim,
       "srs_data": c.lasp.srs_data, "config_hash": config_lib.config_hash(c),
       "acc_matrix": {n: metrics.to_json_matrix(a) for n, a in acc.items()},
-      "final": {n: h["overall"][n][last] for n in acc},
+      "final": {n: rs.overall[n][last] for n in acc},
       "avg_accuracy": {n: metrics.average_accuracy(a) for n, a in acc.items()},
       "forgetting": {n: metrics.forgetting(a) for n, a in acc.items()},
       "bwt": {n: metrics.backward_transfer(a) for n, a in acc.items()},
-      "probe_epoch": h["probe_epoch"], "boundaries": h["boundaries"], "curves": h["curves"],
-      "health": health.record(health.Flag(**f) for f in h.get("health", [])),
-      "extra": h.get("extra", []), "baselines": h.get("baselines", {}), "timing": h.get("timing", {}),
+      "probe_epoch": rs.probe_epoch, "boundaries": rs.boundaries, "curves": rs.curves,
+      "health": health.record(health.Flag(**f) for f in rs.health),
+      "extra": rs.extra, "baselines": rs.baselines, "timing": rs.timing,
       "wall_time_s": round(wall_time_s, 2),
       "provenance": provenance.provenance(),
-      **({} if s.given_boundaries else {"boundary_detection": s.detection_record(h)}),
+      **({} if s.given_boundaries else {"boundary_detection": s.detection_record(rs)}),
   }
 
 
 def summary(results: dict) -> str:
   """The compact end-of-run table: accuracy matrices and final figures."""
-  from lasp_jax import metrics  # pylint: disable=g-import-not-at-top
   lines = []
   for name, rows in results["acc_matrix"].items():
     lines.append(metrics.format_matrix(name, metrics.from_json_matrix(rows)))
@@ -182,7 +181,7 @@ def summary(results: dict) -> str:
 def tensorboard_writer(workdir):
   """A TensorBoard writer into ``workdir/tensorboard`` (None without tensorboardX)."""
   try:
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    from tensorboardX import SummaryWriter  # noqa: PLC0415  (optional: a run without it writes no event files)
   except ImportError:
     return None
   return SummaryWriter(str(pathlib.Path(workdir) / "tensorboard"))

@@ -19,6 +19,7 @@ behind (the process died between two seeds' saves) first catches up on its own.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 
@@ -26,13 +27,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from lasp_jax import config_lib, health
+from lasp_jax import config_lib, epochs, health, metrics
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
-from lasp_jax.loop import train_in_lockstep
 from lasp_jax.train import ContinualRun, charge_training
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 
 def seed_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:
@@ -70,14 +71,10 @@ class SeedGroup:
     self.workdir = str(workdir)
     self.runs = [ContinualRun(c, os.path.join(self.workdir, f"seed_{k}"), devices=devices)
                  for k, c in enumerate(seed_configs(config))]
-    r = self.runs[0]
-    self.chunk_fn = make_chunk_fn(r.model, r.tx, r.aug_cfg, r.loss_cfg, seeds=len(self.runs),
-                                  compiler_options=r.compiler_options)
-    self.batch_sharding = NamedSharding(r.mesh, P(None, None, "data"))
 
-  def _progress(self, run):
-    p = run.host["progress"]
-    return p["task"], p["epoch"], p["call"]
+  @functools.cached_property
+  def executor(self) -> "VmappedSeeds":
+    return VmappedSeeds(self.runs)
 
   def run(self) -> list[dict]:
     results = self._in_lockstep() if vmapped(self.runs[0].config) else [r.run() for r in self.runs]
@@ -87,35 +84,41 @@ class SeedGroup:
   def _in_lockstep(self) -> list[dict]:
     for r in self.runs:
       r.start()
-    ahead = max(self._progress(r) for r in self.runs)
+    where = lambda r: (r.rs.progress.task, r.rs.progress.epoch, r.rs.progress.call)
+    ahead = max(where(r) for r in self.runs)
     for r in self.runs:  # a seed saved one task-end checkpoint less than another: it trains alone to catch up
-      while self._progress(r) < ahead and r.host["progress"]["task"] < r.stream.num_tasks:
-        r.run_task(r.host["progress"]["task"])
-    for t in range(self.runs[0].host["progress"]["task"], self.runs[0].stream.num_tasks):
-      self.train_task(t)
+      while where(r) < ahead and r.rs.progress.task < r.stream.num_tasks:
+        r.run_task(r.rs.progress.task)
+    for t in range(self.runs[0].rs.progress.task, self.runs[0].stream.num_tasks):
+      charge_training(self.runs, lambda t: epochs.train_task(self.runs, t, self.executor), t)
       for r in self.runs:
         r.after_task(t)
     return [r.finish() for r in self.runs]
 
-  def train_task(self, t: int) -> None:
-    charge_training(self.runs, lambda t: train_in_lockstep(self.runs, t, self), t)
 
-  # The chunk executor of the seeds (loop.train_in_lockstep): their states stacked, one vmapped program.
-  def begin_epoch(self, plans) -> None:
-    runs = self.runs
+class VmappedSeeds:
+  """The executor of seeds in lockstep (epochs.train_task): their states stacked, one vmapped chunk program."""
+
+  def __init__(self, runs):
+    r = runs[0]
+    self.chunk_fn = make_chunk_fn(r.model, r.tx, r.aug_cfg, r.loss_cfg, seeds=len(runs),
+                                  compiler_options=r.compiler_options)
+    self.batch_sharding = NamedSharding(r.mesh, P(None, None, "data"))
+
+  def begin_epoch(self, runs, plans) -> None:
     self._state = _stack([r.state for r in runs])
     self._past = None if runs[0].past is None else _stack([r.past for r in runs])
     self._masks = jnp.stack([p["mask"] for p in plans])
     self._data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
 
-  def execute(self, chunks, lrs) -> list:
+  def execute(self, runs, chunks, lrs) -> list:
     batch = jax.device_put(_stack_np(chunks), self.batch_sharding)
     self._state, m = self.chunk_fn(self._state, self._past, self._masks, self._data, batch, lrs)
-    return [m[i] for i in range(len(self.runs))]
+    return [m[i] for i in range(len(runs))]
 
-  def sync(self) -> None:
+  def sync(self, runs) -> None:
     """Each run gets its seed's state (copies: the next chunk donates the stacked state's buffers)."""
-    for i, r in enumerate(self.runs):
+    for i, r in enumerate(runs):
       r.state = jax.device_put(jax.tree.map(lambda x, i=i: jnp.copy(x[i]), self._state), r.replicated)
 
 
@@ -156,9 +159,6 @@ def seed_table(results: list[dict]) -> str:
 
 
 def _mean_row(label: str, results: list[dict], names) -> str:
-  cells = []
-  for n in names:
-    vals = [r["final"][n] for r in results]
-    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    cells.append(f"{statistics.mean(vals):.2f} ({std:.2f})" if vals else "none healthy")
+  cells = [metrics.cell(metrics.mean_std(r["final"][n] for r in results)) if results else "none healthy"
+           for n in names]
   return f"| {label} | " + " | ".join(cells) + " |"

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import losses
+from lasp_jax import config_lib, losses
 from lasp_jax.data import augment
 from lasp_jax.data.arrays import Batch, DeviceData  # noqa: F401  (the step's inputs; defined with the data)
 from lasp_jax.train_state import TrainState, with_learning_rate
@@ -40,7 +40,6 @@ class LossConfig:
 
 def loss_config(config, stream) -> LossConfig:
   """The step's static settings from a run's config and its stream (the contrastive label offset)."""
-  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
   t = config.train
   return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
                     temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),

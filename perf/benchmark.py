@@ -16,17 +16,24 @@ from __future__ import annotations
 
 import functools
 import json
-import os
+import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
+import optax
 from absl import app, flags, logging
 
-from lasp_jax import cpu_kernels, losses, mask_search, provenance, salience
+from configs import cifar10, mnist5k
+from lasp_jax import config_lib, cpu_kernels, epochs, losses, mask_search, provenance, salience, steps, train
+from lasp_jax.checkpoint import write_json_atomic
 from lasp_jax.conv import conv_for_backend
+from lasp_jax.data import augment
 from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
+from lasp_jax.pools import training_pool
+from perf import cpu_race
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small shapes (CPU smoke run).")
@@ -36,7 +43,7 @@ flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
 flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
 flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection,cpu_race,dtype "
                     "(cpu_race and dtype run only when named).")
-flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision (e.g. the reference runner's venv).")
+flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision.")
 flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
 flags.DEFINE_enum("conv", "auto", list(cpu_kernels.CONV_BACKWARD), "Convolution gradients (see lasp_jax/conv.py).")
 
@@ -66,7 +73,6 @@ def resnet(dtype=jnp.float32):
 
 def bench_step(batch, dtype, repeats):
   """One SupCon + IRD forward/backward + SGD update of ResNet-18 on 2 x batch views."""
-  import optax  # pylint: disable=g-import-not-at-top
   model = resnet(dtype)
   x = jax.random.normal(jax.random.PRNGKey(0), (2 * batch, 32, 32, 3))
   v = model.init(jax.random.PRNGKey(1), x[:2])
@@ -89,7 +95,8 @@ def bench_step(batch, dtype, repeats):
   k = resnet_kernels()
   # The kernel choice is a CPU one; on an accelerator XLA's own kernels run (the label said "ynnpack" there).
   kernels = f"convs={k.convs} grads={k.conv_backward}" if jax.default_backend() == "cpu" else "XLA kernels"
-  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name} {kernels}", shape=f"batch {batch} (x2 views) 32x32",
+  return dict(component=f"train step ResNet-18 {jnp.dtype(dtype).name} {kernels}",
+              shape=f"batch {batch} (x2 views) 32x32",
               compile_s=round(first - med, 3), median_s=round(med, 4), throughput=f"{batch / med:.1f} samples/s")
 
 
@@ -122,9 +129,6 @@ def bench_eb(n, repeats):
 
 def bench_augment(batch, repeats):
   """Two SimCLR views (the CIFAR-10 recipe) of a uint8 batch, on the device."""
-  from configs import cifar10  # pylint: disable=g-import-not-at-top
-  from lasp_jax import config_lib  # pylint: disable=g-import-not-at-top
-  from lasp_jax.data import augment  # pylint: disable=g-import-not-at-top
   cfg = config_lib.augment_config(cifar10.get_config(), rotate=False)
   images = jax.random.randint(jax.random.PRNGKey(0), (batch, 32, 32, 3), 0, 256).astype(jnp.uint8)
   views = jax.jit(lambda k, x: augment.two_views(k, x, jnp.zeros(batch), cfg))
@@ -145,17 +149,14 @@ def _twice(run, fn):
 
 def _task(run, t):
   def go():
-    run.host["progress"].update(epoch=0, call=0, partial=[])
-    run.train_task(t)
+    run.rs.progress.epoch, run.rs.progress.call, run.rs.progress.partial = 0, 0, []
+    epochs.train_task([run], t, epochs.OneRun())
   return go
 
 
 def bench_probe_and_task(repeats):
   """A probe (cached features) and one whole task of configs/mnist5k.py."""
   del repeats
-  from configs import mnist5k  # pylint: disable=g-import-not-at-top
-  from lasp_jax import train  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
   config = mnist5k.get_config()
   config.progress = False
   run = train.ContinualRun(config, tempfile.mkdtemp())
@@ -173,8 +174,6 @@ def bench_probe_and_task(repeats):
 
 def projection_config(quick: bool):
   """configs/cifar10.py (SD, memory 500) on random CIFAR-shaped data: the published run's shapes."""
-  import ml_collections  # pylint: disable=g-import-not-at-top
-  from configs import cifar10  # pylint: disable=g-import-not-at-top
   c = cifar10.get_config()
   c.dataset, c.progress = "synthetic", False
   per_class = (60, 20) if quick else (5000, 1000)  # Split-CIFAR10: 5,000 train / 1,000 test images per class
@@ -196,15 +195,12 @@ def bench_projection(quick: bool):
   a boundary (memory update, past snapshot, K=300 mask search) before tasks 1-4, and a
   100-epoch re-augmenting probe after every task.
   """
-  from configs import cifar10  # pylint: disable=g-import-not-at-top
-  from lasp_jax import train  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
   paper = cifar10.get_config()
   c = projection_config(quick)
   run = train.ContinualRun(c, tempfile.mkdtemp())
   t0 = _twice(run, _task(run, 0))
   p0 = _twice(run, lambda: run.evaluate(0))
-  bd = _twice(run, lambda: run.boundary(1))
+  bd = _twice(run, lambda: run.open_segment(1))
   t1 = _twice(run, _task(run, 1))
   p1 = _twice(run, lambda: run.evaluate(1))
   epoch0, epoch1 = t0[1] / c.train.epochs_first, t1[1] / c.train.epochs
@@ -225,8 +221,6 @@ def bench_projection(quick: bool):
 
 def host_overhead(run):
   """The host's share of one compiled chunk call: the call's wall time against the device's time for it."""
-  from lasp_jax import steps  # pylint: disable=g-import-not-at-top
-  from lasp_jax.pools import training_pool  # pylint: disable=g-import-not-at-top
   pool = training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, run.config.train.batch_size, run.config.train.steps_per_call,
                           np.random.default_rng(0))
@@ -249,7 +243,6 @@ def bench_dtypes(repeats):
   large matmul (does this CPU's matmul have a fast bf16 path, e.g. AMX?). The matmuls run last, a
   precaution against heavy AMX use lowering the clock for the next rows; no such effect was shown here:
   the same float32 step measured 156-217 ms in four runs of one afternoon whatever ran before it."""
-  from perf import cpu_race  # pylint: disable=g-import-not-at-top
   rows = []
   for dt in ("float32", "bfloat16"):
     s = cpu_race.jax_step_seconds("mnistnet", 256, 4, repeats, compute_dtype=dt)
@@ -265,13 +258,11 @@ def bench_dtypes(repeats):
 
 
 def _save(device, rows, race, complete: bool):
-  """Writes the JSON atomically (a temporary file, then a rename): a killed run leaves the sections done so far,
-  marked ``complete: false``, and never a half-written file."""
-  tmp = FLAGS.out + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump({"device": device, "git_commit": provenance.provenance()["git_commit"], "complete": complete,
-               "rows": rows, "cpu_race": race}, f, indent=1)
-  os.replace(tmp, FLAGS.out)
+  """Writes the JSON atomically: a killed run leaves the sections done so far, marked ``complete: false``, and
+  never a half-written file. Provenance (commit, machine, date) rides along."""
+  write_json_atomic(FLAGS.out, {"device": device, "git_commit": provenance.provenance()["git_commit"],
+                                "provenance": provenance.provenance(), "complete": complete, "rows": rows,
+                                "cpu_race": race})
 
 
 def _print_rows(rows):
@@ -291,7 +282,6 @@ def main(argv):
   race = {}
 
   def run_race():
-    from perf import cpu_race  # pylint: disable=g-import-not-at-top
     race_rows, summary = cpu_race.race(FLAGS.torch_python, quick=FLAGS.quick)
     race.update(summary)
     return race_rows

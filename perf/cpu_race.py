@@ -30,15 +30,15 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from perf import roofline
+from configs import cifar10, rmnist
 from lasp_jax import pools, steps, train
+from perf import roofline
 
 NETS = {"mnistnet": "configs/rmnist.py", "resnet18": "configs/cifar10.py"}
 
 
 def race_config(net: str, batch: int, steps_per_call: int) -> ml_collections.ConfigDict:
   """The net's paper config as Co2L on random images of the dataset's shape."""
-  from configs import cifar10, rmnist  # pylint: disable=g-import-not-at-top
   c = (rmnist if net == "mnistnet" else cifar10).get_config()
   shape = (28, 1) if net == "mnistnet" else (32, 3)
   c.dataset, c.method, c.progress = "synthetic", "co2l", False

@@ -30,10 +30,10 @@ import time
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-from absl import app, flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # noqa: E402  (after XLA_FLAGS is set)
+from absl import app, flags  # noqa: E402  (after XLA_FLAGS is set)
 
-from perf import cpu_race  # pylint: disable=g-import-not-at-top,wrong-import-position
+from perf import cpu_race  # noqa: E402  (after XLA_FLAGS is set)
 
 _NET = flags.DEFINE_enum("net", "resnet18", list(cpu_race.NETS), "Which race net.")
 _BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).")

@@ -33,10 +33,11 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torchvision import transforms
 
 # Run as a script: this folder is on sys.path. The ResNet-18 model and the losses are the GPU reference's.
-from torch_reference import co2l_model as resnet18, ird, supcon  # pylint: disable=g-import-not-at-top
+from torch_reference import co2l_model as resnet18  # noqa: E402  (after the setting above)
+from torch_reference import ird, supcon
+from torchvision import transforms
 
 
 def mnist_net() -> torch.nn.Module:
@@ -66,7 +67,7 @@ class ImageSet(torch.utils.data.Dataset):
     return len(self.images)
 
   def __getitem__(self, i):
-    from PIL import Image  # pylint: disable=g-import-not-at-top
+    from PIL import Image  # noqa: PLC0415  (only the loader race needs Pillow)
     img = self.images[i]
     pil = Image.fromarray(img[..., 0] if img.shape[-1] == 1 else img)
     return self.transform(pil), int(self.labels[i])
@@ -108,7 +109,8 @@ def tensor_views(x: torch.Tensor, net: str) -> torch.Tensor:
     gray = (0.299 * x[:, :1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:]).expand_as(x)
     x = (gray + (x - gray) * s).clamp(0, 1)
     x = torch.where(torch.rand(n, 1, 1, 1) < 0.2, gray.clamp(0, 1), x)
-    x = (x - torch.tensor([0.4914, 0.4822, 0.4465])[:, None, None]) / torch.tensor([0.2023, 0.1994, 0.2010])[:, None, None]
+    mean, std = torch.tensor([0.4914, 0.4822, 0.4465]), torch.tensor([0.2023, 0.1994, 0.2010])
+    x = (x - mean[:, None, None]) / std[:, None, None]
   return x.contiguous()
 
 

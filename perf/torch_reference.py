@@ -32,7 +32,8 @@ def co2l_model() -> torch.nn.Module:
 
 
 def supcon(z, labels, temperature=0.5, base_temperature=0.07, current=None):
-  """SupCon of Co2L over 2B views; ``current`` (B,) bool picks the anchors (default: every anchor, the costliest case)."""
+  """SupCon of Co2L over 2B views; ``current`` (B,) bool picks the anchors (default: every anchor, the costliest
+  case)."""
   n = z.shape[0]
   labels = labels.repeat(2)
   logits = z @ z.T / temperature

@@ -73,20 +73,21 @@ def golden_params(family: str):
 
 def randn(*shape, seed=0):
   """Standard-normal float32 test data."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return jnp.asarray(np.random.default_rng(seed).standard_normal(shape, dtype=np.float32))
 
 
 def rand(*shape, seed=0):
   """Uniform [0, 1) float32 test data."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return jnp.asarray(np.random.default_rng(seed).random(shape, dtype=np.float32))
 
 
 def init(module, x, seed=0, **kwargs):
   """``module.init(PRNGKey(seed), x, **kwargs)``, compiled as one program (at the train state's -O1)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from lasp_jax.train_state import INIT_COMPILER_OPTIONS  # pylint: disable=g-import-not-at-top
+  import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+
+  from lasp_jax.train_state import INIT_COMPILER_OPTIONS  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return jax.jit(functools.partial(module.init, **kwargs),
                  compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
@@ -98,8 +99,8 @@ TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary
 
 def run_cli(workdir, *args, fault=None):
   """``python -m lasp_jax.main --workdir=WORKDIR ARGS`` in a subprocess; ``fault`` (LASP_FAULT) kills it there."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
+  import subprocess  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  import sys  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   env.pop("LASP_FAULT", None)
   if fault:
@@ -120,8 +121,8 @@ def strip_timing(obj):
 def tiny_config(**overrides):
   """configs/tiny.py with dotted-key overrides, e.g. tiny_config(**{"data.num_tasks": 2}); no pictures unless
   asked for (matplotlib costs ~2 s a run)."""
-  from configs import tiny  # pylint: disable=g-import-not-at-top
-  from lasp_jax.config_lib import override  # pylint: disable=g-import-not-at-top
+  from configs import tiny  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  from lasp_jax.config_lib import override  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return override(tiny.get_config(), **{"pictures": False, **overrides})
 
 
@@ -135,8 +136,9 @@ def placed_chunk(run, steps_per_call=1):
   """The first chunk of ``run``'s first epoch and a past model (its weights x 0.9), on the run's mesh as
   ``ContinualRun.train_task`` places them: a chunk of the run's own length is then the program its runs
   compiled (arrays placed otherwise give another program, ~6 s to compile here)."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from lasp_jax import pools, steps  # pylint: disable=g-import-not-at-top
+  import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+
+  from lasp_jax import pools, steps  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   pool = pools.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, run.config.train.batch_size, steps_per_call, np.random.default_rng(0))
   chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
@@ -145,15 +147,16 @@ def placed_chunk(run, steps_per_call=1):
 
 def past_model(run):
   """A past model for ``run``'s step that differs from its network: its weights and BN statistics x 0.9."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from lasp_jax import steps  # pylint: disable=g-import-not-at-top
+  import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+
+  from lasp_jax import steps  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache(tmp_path_factory):
   """Share compiled programs between the many small runs of the suite."""
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   # One cache for every xdist worker and for the subprocesses the tests start.
   cache = tmp_path_factory.getbasetemp().parent / "jax_cache"
   cache.mkdir(exist_ok=True)

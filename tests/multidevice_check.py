@@ -35,10 +35,10 @@ def seed_chunks(devices, workdir, vmapped: bool):
   chunks = [r.epoch_chunks(r.epoch_plan(0))[0][0] for r in group.runs]
   pasts = [past_model(r) for r in group.runs]
   if vmapped:
-    batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.batch_sharding)
+    batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.executor.batch_sharding)
     data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
-    state, metrics = group.chunk_fn(stack([r.state for r in group.runs]), stack(pasts), jnp.ones((2, 16), bool), data,
-                                    batch, jnp.full((2,), 0.05))
+    state, metrics = group.executor.chunk_fn(stack([r.state for r in group.runs]), stack(pasts),
+                                             jnp.ones((2, 16), bool), data, batch, jnp.full((2,), 0.05))
   else:
     state, metrics = stack([r.chunk_fn(r.state, p, jnp.ones(16, bool), r.data, jax.device_put(c, r.batch_sharding),
                                        jnp.full((2,), 0.05)) for r, p, c in zip(group.runs, pasts, chunks)])
@@ -73,7 +73,7 @@ def run_on(devices, workdir, reference_state=None):
   flat.update({f"s{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.batch_stats))})
   flat.update({f"g{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(res.gamma))})
   return dict(flat, metrics=np.asarray(metrics), mask=res.mask,
-              acc=np.asarray(run.host["acc"]["class_il"][0][0])), trained
+              acc=np.asarray(run.rs.acc["class_il"][0][0])), trained
 
 
 if __name__ == "__main__":

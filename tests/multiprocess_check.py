@@ -14,15 +14,16 @@ from tests.conftest import xla_flags  # imports no jax: the flags below are set 
 
 os.environ["XLA_FLAGS"] = xla_flags("--xla_force_host_platform_device_count=2")
 
-import jax  # pylint: disable=g-import-not-at-top
-import numpy as np  # pylint: disable=g-import-not-at-top
+import jax  # noqa: E402  (after the setting above)
+import numpy as np  # noqa: E402  (after the setting above)
 
 
 def main(out: str, process_id: int, port: int):
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
+  # noqa below: multidevice_check builds its data at import, which would start the backend before initialize().
+  from tests.multidevice_check import train_chunk  # noqa: PLC0415
   assert jax.device_count() == 4 and jax.local_device_count() == 2, jax.devices()
-  from tests.multidevice_check import train_chunk  # pylint: disable=g-import-not-at-top
   trained, metrics = train_chunk(jax.devices(), out + "/multi")
   local = lambda x: np.asarray(x.addressable_data(0))  # replicated: every process holds the whole value
   if process_id == 0:

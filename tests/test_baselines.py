@@ -1,15 +1,12 @@
 """Baselines (finetune, joint, raw pixels), the converged readout, schedules, and that every task trains."""
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
+from configs import tinyimagenet
 from experiments import raw_pixels
 from lasp_jax import config_lib, health, linear, train
 from lasp_jax.data import streams
@@ -146,7 +143,7 @@ def test_baseline_methods(tmp_path, method):
   assert config_lib.ird_weight(run.config) == 0.0
   assert all(c["ird"] == 0.0 for c in results["curves"])
   for t in range(3):
-    pool, per_epoch = run.train_pool(t)
+    pool, per_epoch = run.method.pool(run.stream, run.memory, t)
     labels = run.stream.train_labels[pool.index]
     pools.append((set(np.unique(labels)), per_epoch, pool.is_current.all()))
   if method == "finetune":
@@ -170,7 +167,6 @@ def test_explicit_rotation_angles(tmp_path):
 
 
 def test_tiny_imagenet_embedding_size_follows_the_method():
-  from configs import tinyimagenet  # pylint: disable=import-outside-toplevel
   sizes = {}
   for method in ("co2l", "sd", "gm", "sd_gm"):
     c = tinyimagenet.get_config()
@@ -246,8 +242,8 @@ def test_a_common_offset_of_the_heads_output_collapses_only_the_uncentred_head(t
   against a spread of 188). Uncentred, L2 normalization sends every input to one point: task 1's SupCon sits at
   the constant-embedding value, its embedding variance near 0, and both checks flag it. Centred, the offset
   cancels and task 1 trains."""
-  run = train.ContinualRun(two_tasks(method="finetune", **{"model.head_center": center, "train.epochs": 3, **NO_READOUT}),
-                           tmp_path)
+  config = two_tasks(method="finetune", **{"model.head_center": center, "train.epochs": 3, **NO_READOUT})
+  run = train.ContinualRun(config, tmp_path)
   run.start()
   run.run_task(0)
   params = jax.tree.map(lambda x: x, run.state.params)

@@ -9,7 +9,6 @@ import pytest
 from lasp_jax.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
 from tests.conftest import init, randn
 
-
 # (stride, padding, kernel size) on 12x12 images. Stride-1 cases 3 and 6 make conv_grad_conv's input gradient a
 # matmul and col2im (input area / output area 2.25, case 6 with uneven padding).
 CASES = [(1, 1, 3), (2, 1, 3), (2, 0, 1), (1, ((0, 0), (0, 0)), 5), (1, ((2, 0), (1, 2)), 3), (1, 0, 1),
@@ -75,4 +74,5 @@ def test_wasteful_input_gradient_is_col2im_within_float32_rounding_of_float64():
   for i in range(5):
     for j in range(5):
       dx64[:, i:i + 8, j:j + 8, :] += dy.astype(np.float64) @ k[i, j].T.astype(np.float64)
-  np.testing.assert_allclose(jax.jit(dx_fn)(jnp.asarray(x), jnp.asarray(dy)), dx64, rtol=0, atol=1e-6 * np.abs(dx64).max())
+  got = jax.jit(dx_fn)(jnp.asarray(x), jnp.asarray(dy))
+  np.testing.assert_allclose(got, dx64, rtol=0, atol=1e-6 * np.abs(dx64).max())

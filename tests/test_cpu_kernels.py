@@ -65,7 +65,7 @@ def test_both_kernel_choices_give_the_same_gradients():
   for kernels in (cpu_kernels.resolve("mnistnet", backend="cpu"), cpu_kernels.CpuKernels("ynnpack", "matmul")):
     model = ContrastiveModel(MnistNet(conv_fn=conv_for_backend(kernels.conv_backward)), ProjectionHead(500, 16))
     params = init(model, x, seed=1)["params"]
-    loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p}, x)[1]))
+    loss = lambda p, model=model: jnp.sum(jnp.sin(3 * model.apply({"params": p}, x)[1]))
     grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(params))
   for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
@@ -79,8 +79,8 @@ def test_resnet_kernel_choices_give_the_same_gradients():
   for kernels in (auto, cpu_kernels.CpuKernels("ynnpack", "xla")):
     model = ResNet(num_blocks=(1, 1), widths=(8, 16), conv_fn=conv_for_backend(kernels.conv_backward))
     v = init(model, x, seed=1)
-    loss = lambda p: jnp.sum(jnp.sin(3 * model.apply({"params": p, "batch_stats": v["batch_stats"]}, x,
-                                                       mutable=["batch_stats"])[0]))
+    loss = lambda p, model=model, v=v: jnp.sum(jnp.sin(3 * model.apply({"params": p, "batch_stats": v["batch_stats"]},
+                                                                         x, mutable=["batch_stats"])[0]))
     grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(v["params"]))
   for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))

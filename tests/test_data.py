@@ -4,16 +4,19 @@ import gzip
 import math
 import pathlib
 import pickle
+import subprocess
+import sys
+import tarfile
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from lasp_jax import memory as M
-from lasp_jax.data import sources, streams
+from lasp_jax.data import prepare, sources, streams
 from lasp_jax.errors import ConfigError, DataError
-
 
 # ------------------------------------------------------------------------ sources
 
@@ -89,7 +92,7 @@ def test_cifar_binary_release(tmp_path):
 
 
 def test_cifar10_through_tfds_mock_data():
-  import tensorflow_datasets as tfds
+  import tensorflow_datasets as tfds  # noqa: PLC0415  (optional dependency, only for data.source=tfds)
   with tfds.testing.mock_data(num_examples=8):
     d = sources.load_dataset("cifar10", source="tfds")
   assert d.train_images.shape == (8, 32, 32, 3) and d.train_images.dtype == np.uint8
@@ -105,7 +108,8 @@ def _fake_tiny(base: pathlib.Path):
   for w in wnids:
     (root / "train" / w / "images").mkdir(parents=True)
     for i in range(3):
-      Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(root / "train" / w / "images" / f"{w}_{i}.JPEG")
+      image = Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8))
+      image.save(root / "train" / w / "images" / f"{w}_{i}.JPEG")
     Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)).save(root / "val" / "images" / f"val_{w}.JPEG")
     lines.append(f"val_{w}.JPEG\t{w}\t0\t0\t63\t63")
   (root / "val" / "val_annotations.txt").write_text("\n".join(lines))
@@ -269,7 +273,6 @@ def test_impossible_memory_sizes():
 
 
 def test_inspect_command_prints_split_and_writes_png(tmp_path):
-  import subprocess, sys  # pylint: disable=import-outside-toplevel,multiple-imports
   repo = pathlib.Path(__file__).resolve().parents[1]
   out = subprocess.run([sys.executable, "-m", "lasp_jax.data.inspect", "--config=configs/tiny.py",
                         f"--out={tmp_path / 'views.png'}", "--pairs=8"], cwd=repo, capture_output=True,
@@ -281,8 +284,6 @@ def test_inspect_command_prints_split_and_writes_png(tmp_path):
 
 
 def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
-  import tarfile  # pylint: disable=import-outside-toplevel
-  from lasp_jax.data import prepare  # pylint: disable=import-outside-toplevel
   src = tmp_path / "cifar-10-batches-bin"
   src.mkdir()
   (src / "readme.html").write_text("x")

@@ -4,7 +4,7 @@ which rows each look-ahead setting searches."""
 import numpy as np
 import pytest
 
-from lasp_jax import evaluate, lookahead, pools, steps, train
+from lasp_jax import evaluate, lookahead, pools, run_state, steps, train
 from tests.conftest import tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
@@ -27,10 +27,9 @@ def test_contrastive_labels_are_digit_plus_ten_times_domain(tmp_path):
 
 def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_domains(tmp_path):
   run = _run(tmp_path)
-  run.host["progress"]["task"] = 2
+  run.rs.progress.task = 2
   for t in (1, 2):  # the boundaries' memory updates alone
-    mem = run.stream.update_memory(run.memory, task=t, capacity=60, seed=0)
-    run._set_memory(mem)  # pylint: disable=protected-access
+    run.rs.memory = run_state.MemoryRecord.of(run.stream.update_memory(run.memory, task=t, capacity=60, seed=0))
   mem = run.memory
   assert set(np.unique(mem.tasks)) == {0, 1}  # both earlier domains are in the memory
   pool = pools.training_pool(run.stream, mem, 2)

@@ -1,10 +1,13 @@
 """The README's "use the pieces in your own JAX code" example, run as written (so it cannot rot)."""
 
+import ast
+import importlib.util
 import pathlib
 import re
 
 import numpy as np
 import pytest
+import tomllib
 
 import lasp_jax.mask_search  # noqa: F401  (a submodule imported first must not shadow an export of that name)
 
@@ -35,9 +38,6 @@ def test_readme_example_runs_and_does_what_it_says():
 
 
 def test_the_package_declares_its_console_script_and_dependencies():
-  import ast  # pylint: disable=import-outside-toplevel
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import tomllib  # pylint: disable=import-outside-toplevel
   meta = tomllib.loads((README.parent / "pyproject.toml").read_text())
   module, func = meta["project"]["scripts"]["lasp-jax"].split(":")
   # Read, not imported: importing the CLI module defines its absl flags, which other modules of a test process

@@ -1,12 +1,17 @@
 """Experiment aggregation against hand-computed values, and a smoke run of each experiment."""
 
+import importlib
 import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from experiments import aggregate, run
+from configs import rmnist_cpu
+from experiments import aggregate, gpu_queue, lasp_gain, reference, run, runner, subsets
+from lasp_jax import config_lib
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -65,7 +70,6 @@ def test_identical_config_reuses_finished_run_of_another_experiment(tmp_path, mo
 def test_subset_classifier_reaches_the_bayes_rate_at_embedding_scale():
   """8 Gaussian classes at the scale of unit-norm embedding coordinates (~0.03): the classifier of a
   subset holding all informative dims nears the Bayes rate; one holding none is at chance."""
-  from experiments import subsets
   rng = np.random.default_rng(0)
   c, d, n = 8, 10, 1600
   means = rng.normal(size=(c, d)) * 0.03
@@ -109,12 +113,12 @@ def test_paper_scale_grids_are_complete_and_valid(tmp_path):
 
 
 def test_reference_comparison_reads_a_published_run_and_sets_its_protocol(tmp_path):
-  from experiments import reference  # pylint: disable=import-outside-toplevel
   line = {"run": "rmnist_sd", "dataset": "r-mnist", "method": "sd", "seed": 1,
           "repr_cmd": "main_domain.py --learning_rate 0.01 --n_task 3 --mem_size 200 --start_epoch 3 --epochs 2 "
                       "--batch_size 256 --distill_type SD --distill_power 5 --onlypast --data_folder /x/data_idx",
           "probe_cmd": "main_linear_buffer_domain.py --learning_rate 1 --epochs 5 --target_task 2",
-          "tasks": [{"angle_deg": 10.5, "loss_avg": [9.0]}, {"angle_deg": 20.25, "select_dims": 151, "loss_avg": [12.0]},
+          "tasks": [{"angle_deg": 10.5, "loss_avg": [9.0]},
+                    {"angle_deg": 20.25, "select_dims": 151, "loss_avg": [12.0]},
                     {"angle_deg": 30.0, "select_dims": 140, "loss_avg": [11.0]}],
           "probe_best_acc": 75.3, "repr_process_s": 60.0, "probe_process_s": 15.0, "mask_search_s_total": 40.0}
   p = reference.protocol(line)
@@ -141,9 +145,6 @@ def test_reference_comparison_reads_a_published_run_and_sets_its_protocol(tmp_pa
 
 
 def test_every_config_resolves_and_validates():
-  import importlib  # pylint: disable=import-outside-toplevel
-  import pathlib  # pylint: disable=import-outside-toplevel
-  from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
   names = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py")
                  if p.stem != "__init__")
   assert {"mnist5k", "rmnist", "rmnist_cpu", "cifar10", "tinyimagenet", "tiny"} <= set(names)
@@ -152,9 +153,6 @@ def test_every_config_resolves_and_validates():
 
 
 def test_rmnist_cpu_is_the_budget_studys_point_p1():
-  from configs import rmnist_cpu  # pylint: disable=import-outside-toplevel
-  from experiments import lasp_gain  # pylint: disable=import-outside-toplevel
-  from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
   p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
   study = config_lib.flat(lasp_gain.config_for(p1, "sd", "onlycurrent", 0))
   config = config_lib.flat(config_lib.resolved(rmnist_cpu.get_config()))
@@ -162,7 +160,6 @@ def test_rmnist_cpu_is_the_budget_studys_point_p1():
 
 
 def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
-  from experiments import lasp_gain  # pylint: disable=import-outside-toplevel
   p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
   res = lambda acc, last: {"final": {"domain_il": acc}, "acc_matrix": {"domain_il": [[None, None], [acc, last]]},
                            "health": {"checks": []}, "wall_time_s": 1.0}
@@ -173,7 +170,7 @@ def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
   assert rows[2]["m2"] == 92.0  # last-angle = A[T][T]
   text = lasp_gain.table(rows, [p1])
   assert "SD onlycurrent† (1 seeds, 1 failed)" in text and "| p1 | SD onlycurrent | 1 | failed | failed |" in text
-  assert "**SD onlycurrent − Co2L** | **3.00** |" in text
+  assert "**SD onlycurrent − Co2L** | **3.00 (0.00)** |" in text
 
 
 def _queue_cell(out, name, seed, final, last, wall, checks=None):
@@ -187,7 +184,6 @@ def _queue_cell(out, name, seed, final, last, wall, checks=None):
 
 
 def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
-  from experiments import gpu_queue  # pylint: disable=import-outside-toplevel
   names = [c.name for c in gpu_queue.CELLS]
   assert names[:3] == ["sd_seed1", "co2l_seed1", "sd_seed2"] and names[8] == "gm_seed0"
   assert names[-1] == "sd_gm_m500_seed4" and len(set(names)) == len(names) == 8 + 10 + 20
@@ -197,7 +193,7 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
   _queue_cell(tmp_path, "sd_seed1", 1, 90.0, 99.0, 120.0, checks=["supcon_constant"])
   _queue_cell(tmp_path, "co2l_seed1", 1, 80.0, 95.0, 80.0, checks=[])
   (tmp_path / "co2l_seed2").mkdir()
-  (tmp_path / "co2l_seed2" / "FAILED.json").write_text("{}")
+  runner.mark_failed(tmp_path / "co2l_seed2", "error: non-finite loss", 2)
   assert [gpu_queue.state(tmp_path, gpu_queue.Cell(*a)) for a in (("sd", 1), ("co2l", 2), ("sd", 2))] == [
       "done", "failed", "missing"]
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * 120.0  # its method's slowest run
@@ -219,7 +215,6 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
 
 
 def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path):
-  from experiments import gpu_queue  # pylint: disable=import-outside-toplevel
 
   class Printed:
     returncode = 0
@@ -238,8 +233,6 @@ def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path)
 def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   """A tiny Domain-IL dry run of the queue's command line: one cell, its raw pixels, the log; then a call whose
   budget is shorter than the finished cell took runs nothing."""
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
   repo = pathlib.Path(__file__).resolve().parents[1]
   tiny = ["--config=configs/mnist5k_rot.py", "--set=data.num_tasks=2", "--set=train.epochs_first=1",
           "--set=train.epochs=1", "--set=model.width=0.25", "--set=memory.size=40", "--set=progress=False",

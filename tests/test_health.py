@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import health, losses
+from lasp_jax import health, losses, report, train
+from lasp_jax.steps import Batch
+from tests.conftest import tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -32,7 +34,6 @@ def test_reference_values_weigh_the_current_share_of_every_step():
   """An epoch of two steps (B = 4): step 1 has 4 valid rows, 2 of them current (replayed memory beside), step 2
   has 3 valid rows, all current (a padded row marked current must not count). By hand:
   SupCon constant = (4 * (tau/tb) log 7 * 2/4 + 3 * (tau/tb) log 5 * 3/3) / 7, IRD uniform = (4 log 7 + 3 log 5) / 7."""
-  from lasp_jax.steps import Batch  # pylint: disable=g-import-not-at-top
   valid = np.array([[True, True, True, True], [True, True, True, False]])
   current = np.array([[True, False, True, False], [True, True, True, True]])
   chunk = Batch(np.zeros((2, 4), np.int32), np.zeros((2, 4), np.int32), current, valid)
@@ -112,8 +113,6 @@ def test_task_flags_and_record():
 @pytest.fixture(scope="module")
 def healthy_run(tmp_path_factory):
   """Joint training of the tiny config's 2 tasks, 2 epochs each: every task trains (measured: no flag)."""
-  from lasp_jax import train  # pylint: disable=g-import-not-at-top
-  from tests.conftest import tiny_config  # pylint: disable=g-import-not-at-top
   wd = tmp_path_factory.mktemp("healthy")
   config = tiny_config(**{"method": "joint", "data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 2,
                           "eval.raw_pixels": False, "pictures": True})
@@ -136,7 +135,6 @@ def test_a_run_draws_its_pictures(healthy_run):
   for name in ("acc_matrix.png", "curves.png"):
     data = (wd / name).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-  from lasp_jax import report  # pylint: disable=g-import-not-at-top
   flagged = {**results, "health": {"ok": False, "checks": ["supcon_constant"], "flags": []}}
   report.comparison_chart({"sd": flagged, "joint": results}, wd / "comparison.png")
   assert (wd / "comparison.png").read_bytes()[:4] == b"\x89PNG"

@@ -9,7 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from lasp_jax import evaluate, metrics, probe, train
+from lasp_jax import config_lib, evaluate, linear, metrics, probe, progress, train
+from lasp_jax.data import augment
 from tests.conftest import init, tiny_config
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
@@ -112,8 +113,6 @@ def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
 
 def test_rotated_mnist_probe_crops_only_the_memory():
   """Published R-MNIST probe: current-task images are rotated only, memory images rotated and cropped."""
-  from lasp_jax import config_lib  # pylint: disable=import-outside-toplevel
-  from lasp_jax.data import augment  # pylint: disable=import-outside-toplevel
   cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}),
                                   rotate=True)
   images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)), jnp.uint8)
@@ -147,7 +146,6 @@ def test_probe_step_without_real_rows_moves_nothing_and_padding_rows_do_not_coun
 
 
 def test_the_probe_and_the_linear_fit_advance_their_progress_bars(trained_run, monkeypatch):
-  from lasp_jax import linear, progress  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(progress, "DELAY", 0.0)
   progress.enable(True)
   bars = []

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from perf import cpu_race, roofline
 from lasp_jax import models
+from perf import cpu_race, roofline
 
 
 def flops(f, *args):

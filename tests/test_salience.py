@@ -5,7 +5,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 import pytest
 
 from lasp_jax import models, modulation, salience

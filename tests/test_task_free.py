@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from lasp_jax import boundaries, train
+from lasp_jax import boundaries, run_state, train
 from tests.conftest import run_cli, strip_timing, tiny_config, two_tasks
 
 pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
@@ -66,7 +66,7 @@ def test_detected_domain_boundaries_are_found_and_match_the_given_run(domain_run
   # Found where the tasks start, the learner does what given boundaries do: the same run.
   for k in SAME:
     assert got[k] == given[k], k
-  assert run.host["slots"] == [[0, 0], [1, 1], [2, 2]]
+  assert run.rs.slots == [[0, 0], [1, 1], [2, 2]]
   assert "boundary_detection" not in given
 
 
@@ -74,7 +74,7 @@ def test_detectors_that_fire_never_or_always_fail_the_scores(domain_runs):
   never_run, never = domain_runs["never"]
   assert never["boundary_detection"]["recall"] == 0.0 and never["boundary_detection"]["detected"] == []
   # One segment: every domain's samples carry the learner's tag 0 (its only segment), not their domain.
-  assert never_run.host["slots"] == [[0, 0], [1, 0], [2, 0]]
+  assert never_run.rs.slots == [[0, 0], [1, 0], [2, 0]]
   assert never["boundaries"] == []  # no memory update, no past model, no search
   _, always = domain_runs["always"]
   bd = always["boundary_detection"]
@@ -136,6 +136,6 @@ def test_a_checkpoint_from_before_segments_gets_the_segment_its_run_was_in(tmp_p
   run.start()
   for t in range(2):
     run.run_task(t)
-    old = {k: v for k, v in run.host.items() if k not in ("segment", "slots", "steps_done", "pass_log")}
-    rebuilt = run._with_segments(json.loads(json.dumps(old)))  # pylint: disable=protected-access
-    assert rebuilt["segment"] == run.host["segment"] and rebuilt["slots"] == run.host["slots"], (t, rebuilt["segment"])
+    old = {k: v for k, v in run.rs.to_meta().items() if k not in ("segment", "slots", "steps_done", "pass_log")}
+    rebuilt = run_state.RunState.from_meta(json.loads(json.dumps(old)), run.stream, run.task_epochs)
+    assert rebuilt.segment == run.rs.segment and rebuilt.slots == run.rs.slots, (t, rebuilt.segment)

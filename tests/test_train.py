@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import lookahead, mask_search, modulation, probe, steps, train
+from configs import cifar10
+from lasp_jax import checkpoint, lookahead, mask_search, modulation, probe, steps, train
 from lasp_jax.errors import ConfigError, TrainingError
+from lasp_jax.train_state import make_optimizer, with_learning_rate
 from tests.conftest import placed_chunk, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
@@ -116,7 +118,6 @@ def test_every_method_runs(tmp_path, method):
 def test_gm_in_the_optimizer_chain():
   """GM scales the raw gradient before weight decay and momentum: a weight with gamma >= 1 moves by
   weight decay (and momentum) only; gamma 0.5 halves the gradient's share."""
-  from lasp_jax.train_state import make_optimizer, with_learning_rate  # pylint: disable=import-outside-toplevel
   tx = make_optimizer(momentum=0.9, weight_decay=0.1)
   params = {"w": {"kernel": jnp.array([1.0, 1.0, 1.0])}}
   state = with_learning_rate(tx.init(params), 0.5)
@@ -211,7 +212,7 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
     run.run()
   assert not (tmp_path / "results.json").exists()
   again = train.ContinualRun(config, tmp_path)
-  assert again.maybe_restore() and again.host["progress"]["task"] == 1
+  assert again.maybe_restore() and again.rs.progress.task == 1
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(again.state.params))
 
 
@@ -240,8 +241,7 @@ def test_unwritable_workdir(tmp_path):
 
 
 def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
-  from configs import cifar10  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds  # noqa: PLC0415  (optional dependency, only for data.source=tfds)
   c = cifar10.get_config()
   c.data.source = "tfds"
   c.data.num_tasks = 2  # the input path is the point; 2 tasks keep it short
@@ -325,7 +325,7 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
   _corrupt(tmp_path / "checkpoints" / str(ckpts[-1]))
   run = train.ContinualRun(config, tmp_path)
   assert run.maybe_restore()
-  assert run.host["progress"]["task"] == 1  # the checkpoint after task 0
+  assert run.rs.progress.task == 1  # the checkpoint after task 0
   assert f"unreadable checkpoint(s) {ckpts[-1]}" in capsys.readouterr().err
   _corrupt(tmp_path / "checkpoints" / str(ckpts[0]))
   with pytest.raises(TrainingError, match="no readable checkpoint"):
@@ -362,7 +362,6 @@ def test_resume_never_sets_the_old_checkpoints_aside_and_unchecked_ones_are_refu
 
 
 def test_a_checkpoint_that_cannot_be_written_is_one_error_and_leaves_the_last_good_one(tmp_path, monkeypatch):
-  from lasp_jax import checkpoint  # pylint: disable=import-outside-toplevel
   ckpt = checkpoint.Checkpointer(tmp_path)
   trees = {"w": np.ones(3, np.float32)}
   assert ckpt.save(trees, {"task": 0}) == 1

@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import config_lib, salience
+from lasp_jax import config_lib, evaluate, probe, salience
 from lasp_jax.default_config import base_config
 from lasp_jax.errors import ConfigError
-from lasp_jax.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead
-from tests.conftest import init, randn
+from lasp_jax.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead, build_model
+from tests.conftest import init, randn, tiny_config
 
 
 def _bn(x, mask=None):
@@ -114,7 +114,6 @@ def test_configs_recorded_before_the_switches_existed_still_match():
 def test_the_published_probe_decays_at_absolute_epochs():
   """main_linear_buffer*.py decays at epochs 60, 75 and 90 whatever the epoch count: a 5-epoch published probe
   never decays, lasp_jax's default (fractions of the epochs) does."""
-  from lasp_jax import evaluate, probe  # pylint: disable=import-outside-toplevel
   published = config_lib.resolved(config_lib.override(base_config(), preset="published", **{"eval.epochs": 5}))
   np.testing.assert_allclose(probe._lr_per_epoch(evaluate.probe_config(published)), [1.0] * 5)
   default = config_lib.resolved(config_lib.override(base_config(), **{"eval.epochs": 5}))
@@ -141,8 +140,6 @@ def test_the_published_preset_sets_every_key_over_explicit_values():
 
 
 def test_a_model_built_from_the_config_honours_bn_groups():
-  from lasp_jax.models import build_model  # pylint: disable=import-outside-toplevel
-  from tests.conftest import tiny_config  # pylint: disable=import-outside-toplevel
   x = jnp.concatenate([randn(4, 28, 28, 1, seed=1), 3.0 + randn(4, 28, 28, 1, seed=2)])  # two views, unlike
   outs = {}
   for groups in (1, 2):

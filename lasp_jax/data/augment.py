@@ -164,7 +164,8 @@ def color_jitter(u, img, strength):
   """torchvision ColorJitter from 8 uniforms: the four adjustments in a random order."""
   b, c, s, h = strength
   span = lambda v, lo, hi: lo + (hi - lo) * v
-  fb, fc, fs = span(u[0], max(0.0, 1 - b), 1 + b), span(u[1], max(0.0, 1 - c), 1 + c), span(u[2], max(0.0, 1 - s), 1 + s)
+  fb, fc = span(u[0], max(0.0, 1 - b), 1 + b), span(u[1], max(0.0, 1 - c), 1 + c)
+  fs = span(u[2], max(0.0, 1 - s), 1 + s)
   fh = span(u[3], -h, h)
   ops = [lambda x: adjust_brightness(x, fb), lambda x: adjust_contrast(x, fc),
          lambda x: adjust_saturation(x, fs), lambda x: adjust_hue(x, fh)]

@@ -12,7 +12,8 @@ from absl import app, flags
 from ml_collections import config_flags
 from PIL import Image
 
-from lasp_jax import config_lib, memory as memory_lib
+from lasp_jax import config_lib
+from lasp_jax import memory as memory_lib
 from lasp_jax.data import augment
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -62,7 +63,7 @@ def view_grid(config, dataset, stream, pairs: int) -> Image.Image:
 
 def main(argv):
   del argv
-  from lasp_jax.data import streams  # pylint: disable=g-import-not-at-top  (jax: after flag parsing)
+  from lasp_jax.data import streams  # noqa: PLC0415  (jax: after flag parsing)
   config = _CONFIG.value
   config_lib.validate(config)
   dataset, stream = streams.load(config)

@@ -16,7 +16,6 @@ import urllib.request
 import zipfile
 
 import tqdm
-
 from absl import app, flags
 
 from lasp_jax.data.sources import file_digest

@@ -193,7 +193,7 @@ def _mnist_from_hub(data_dir=None) -> ArrayDataset:
 # ---------------------------------------------------------------------------- tfds
 
 def _from_tfds(name: str, data_dir, download: bool) -> ArrayDataset:
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds  # noqa: PLC0415  (optional dependency, only for data.source=tfds)
   splits = {}
   try:
     for split in ("train", "test"):
@@ -266,7 +266,7 @@ def file_digest(path: pathlib.Path, algorithm: str = "sha256") -> str:
 
 
 def _decode_tiny(root: pathlib.Path):
-  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # noqa: PLC0415  (only the image-folder reader needs Pillow)
   wnids = sorted(root.joinpath("wnids.txt").read_text().split())
   index = {w: i for i, w in enumerate(wnids)}
   load = lambda p: np.asarray(Image.open(p).convert("RGB"), np.uint8)

@@ -19,7 +19,8 @@ from typing import ClassVar, Optional
 import numpy as np
 import tqdm
 
-from lasp_jax import boundaries, memory as memory_lib
+from lasp_jax import boundaries
+from lasp_jax import memory as memory_lib
 from lasp_jax.data import sources
 from lasp_jax.data.sources import ArrayDataset
 from lasp_jax.errors import ConfigError
@@ -89,11 +90,12 @@ class TaskStream:
 
   given_boundaries: ClassVar[bool] = True
 
-  def new_segment(self, run, t: int, e: int) -> bool:
+  def new_segment(self, detection, t: int, e: int, *, step: int, embed) -> bool:
     """Whether a boundary comes before epoch e of task t: told by the stream, at every task's start."""
+    del detection, step, embed
     return t > 0 and e == 0
 
-  def detection_record(self, host: dict) -> Optional[dict]:
+  def detection_record(self, rs) -> Optional[dict]:
     """What results.json reports about boundary detection (nothing when the boundaries are given)."""
     return None
 
@@ -227,8 +229,8 @@ class TaskFree:
   """
   given_boundaries = False
 
-  def __init__(self, inner: TaskStream, *, detector: str, threshold: float, passes: int):
-    self.inner, self.threshold, self.passes = inner, threshold, passes
+  def __init__(self, inner: TaskStream, *, detector: str, threshold: float, passes: int, window: int, seed: int):
+    self.inner, self.threshold, self.passes, self.window_size, self.seed = inner, threshold, passes, window, seed
     self.detector = inner.default_detector if detector == "auto" else detector
 
   def __getattr__(self, name):
@@ -245,38 +247,43 @@ class TaskFree:
   def num_contrastive_classes(self) -> int:
     return self.num_classes * self.passes if self.contrastive_offset else self.inner.num_contrastive_classes
 
-  def new_segment(self, run, t: int, e: int) -> bool:
-    """The detector's verdict on the window of new samples of epoch e of task t (the task is the stream's, not the
-    learner's: only the samples' images and labels reach the detector). Kept in ``run.host['detection']``."""
-    state = run.host.setdefault("detection", {"seen": [], "previous": None, "observations": [], "detected": []})
-    index, domain = run.incoming(t, e)
+  def window(self, t: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the detector sees of epoch e of task t: ``window`` of the pass's new samples in a shuffle of its
+    own (training-set indices, their domains); the replay memory, which is the past, is left out."""
+    idx = np.random.default_rng([self.seed, t, e, 0x6E6577]).permutation(self.train_indices(t))[:self.window_size]
+    return idx, np.full(len(idx), self.task_domain(t))
+
+  def new_segment(self, detection, t: int, e: int, *, step: int, embed) -> bool:
+    """The detector's verdict on the window of epoch e of task t (the task is the stream's, not the learner's:
+    only the samples' images and labels reach the detector). ``detection`` (run_state.Detection) keeps what it
+    observed; ``embed(index, domain)``: the learner's embeddings of training images at their domains."""
+    index, domain = self.window(t, e)
     labels = self.train_labels[index]
-    obs = {"step": run.host["steps_done"]}
-    if state["previous"] is None:
+    obs = {"step": step}
+    if detection.previous is None:
       fired = False
     elif self.detector == "novelty":
-      fired = obs["novel"] = boundaries.label_novelty(labels=labels, seen=state["seen"])
+      fired = obs["novel"] = boundaries.label_novelty(labels=labels, seen=detection.seen)
     else:
-      prev = state["previous"]
-      obs["shift"] = boundaries.mean_shift(run.embed(prev["index"], prev["domain"]), run.embed(index, domain))
+      prev = detection.previous
+      obs["shift"] = boundaries.mean_shift(embed(prev["index"], prev["domain"]), embed(index, domain))
       fired = boundaries.embedding_shift(value=obs["shift"], threshold=self.threshold)
-    state["seen"] = sorted(set(state["seen"]) | set(labels.tolist()))
-    state["previous"] = {"index": index.tolist(), "domain": domain.tolist()}
-    state["observations"].append(obs)
+    detection.seen = sorted(set(detection.seen) | set(labels.tolist()))
+    detection.previous = {"index": index.tolist(), "domain": domain.tolist()}
+    detection.observations.append(obs)
     if fired:
-      state["detected"].append(run.host["steps_done"])
+      detection.detected.append(step)
       stat = f"shift {obs['shift']:.1f} > {self.threshold:g}" if "shift" in obs else "new labels"
-      tqdm.tqdm.write(f"boundary detected at step {run.host['steps_done']} ({stat}); the stream's task {t} "
+      tqdm.tqdm.write(f"boundary detected at step {step} ({stat}); the stream's task {t} "
                       f"starts {'here' if e == 0 else f'{e} epoch(s) earlier'}", file=sys.stderr)
     return fired
 
-  def detection_record(self, host: dict) -> dict:
+  def detection_record(self, rs) -> dict:
     """True boundaries (first step of every task after the first, window one epoch), detections, scores."""
-    firsts = [p for p in host["pass_log"] if p["task"] > 0 and p["epoch"] == 0]
-    state = host.get("detection", {"detected": []})
+    firsts = [p for p in rs.pass_log if p["task"] > 0 and p["epoch"] == 0]
     return {"detector": self.detector, "threshold": self.threshold if self.detector == "shift" else None,
-            **boundaries.scores([p["step"] for p in firsts], [p["steps"] for p in firsts], state["detected"]),
-            "observations": state.get("observations", [])}
+            **boundaries.scores([p["step"] for p in firsts], [p["steps"] for p in firsts], rs.detection.detected),
+            "observations": rs.detection.observations}
 
 
 def class_incremental(data: ArrayDataset, num_tasks: int, class_order=None) -> ClassIncremental:
@@ -330,7 +337,7 @@ def make_stream(data: ArrayDataset, config):
   if config.boundaries == "detected":
     passes = config.train.epochs_first + (stream.num_tasks - 1) * config.train.epochs
     stream = TaskFree(stream, detector=config.detection.detector, threshold=config.detection.shift_threshold,
-                      passes=passes)
+                      passes=passes, window=config.detection.window, seed=config.seed)
   smallest = min(len(stream.train_indices(t)) for t in range(stream.num_tasks))
   if config.train.batch_size > smallest:
     raise ConfigError(f"train.batch_size {config.train.batch_size} is larger than the smallest task's {smallest} "

@@ -1,0 +1,58 @@
+"""A method is one object: its rules, and that a new one is one class and one registry line."""
+
+import numpy as np
+import pytest
+
+from lasp_jax import config_lib, methods, pools, train
+from tests.conftest import two_tasks
+
+
+class ReplayOnly(methods.Method):
+  """A toy method defined here: Co2L's replay without its distillation."""
+  distills = False
+  ird_weight = 0.0
+
+
+class CurrentOnlyPool(methods.Method):
+  """Another toy: Co2L whose pool is every other sample of the task, no memory (a method with its own pool)."""
+
+  def pool(self, stream, memory, t, slot=None):
+    own = pools.task_pool(stream, t, slot)
+    half = pools.Batch(*[f[::2] for f in own])
+    return half, len(half.index)
+
+
+@pytest.fixture
+def registered(monkeypatch):
+  monkeypatch.setitem(methods.METHODS, "replay_only", ReplayOnly())
+  monkeypatch.setitem(methods.METHODS, "half_pool", CurrentOnlyPool())
+
+
+def test_the_published_methods_rules():
+  m = methods.METHODS
+  assert [n for n in m if m[n].looks_ahead] == ["sd", "gm", "sd_gm"]
+  assert [n for n in m if m[n].selective] == ["sd", "sd_gm"] and [n for n in m if m[n].modulates] == ["gm", "sd_gm"]
+  assert {n: m[n].ird_weight for n in m} == {"co2l": 1.0, "sd": 5.0, "gm": 1.0, "sd_gm": 5.0, "finetune": 0.0,
+                                            "joint": 0.0}
+  assert [n for n in m if not m[n].distills] == ["finetune", "joint"] and [n for n in m if m[n].cumulative] == ["joint"]
+
+
+def test_a_method_defined_in_a_test_file_trains_with_one_registry_line(registered, tmp_path):
+  run = train.ContinualRun(two_tasks(method="replay_only", **{"eval.raw_pixels": False}), tmp_path / "replay")
+  results = run.run()
+  assert config_lib.ird_weight(run.config) == 0.0 and run.past is None and results["boundaries"] == []
+  assert all(c["ird"] == 0.0 for c in results["curves"])
+  pool, per_epoch = run.method.pool(run.stream, run.memory, 1)
+  assert per_epoch == len(run.stream.train_indices(1)) + run.config.memory.size  # it replays
+  assert not pool.is_current[-run.config.memory.size:].any()
+  half = train.ContinualRun(two_tasks(method="half_pool", **{"eval.raw_pixels": False}), tmp_path / "half")
+  results = half.run()
+  n = len(half.stream.train_indices(0))
+  assert [c for c in results["curves"] if c["task"] == 0][0]["supcon_const"] > 0
+  assert half.method.pool(half.stream, half.memory, 0)[1] == (n + 1) // 2
+  assert results["boundaries"] == [] and np.isfinite(results["final"]["class_il"])
+
+
+def test_an_unknown_method_is_one_config_error(tmp_path):
+  with pytest.raises(Exception, match="unknown method 'nope'"):
+    train.ContinualRun(two_tasks(method="nope"), tmp_path)

@@ -1,6 +1,6 @@
 """Task-free LASP: the same runs with the task boundaries given and detected, side by side.
 
-    python -m experiments.task_free [--points=mnist5k,mnist5k_rot,rmnist_cpu] [--seeds=3] [--method=sd]
+    python -m experiments.task_free [--points=mnist5k,mnist5k_rot,rmnist_cpu_p1] [--seeds=3] [--method=sd]
 
 Each point is a repository config (``configs/<point>.py``): Split-MNIST5k (Class-IL, label-novelty detector),
 Rotated MNIST5k (Domain-IL, 2 passes per later domain: a detector must also stay quiet inside a domain) and
@@ -19,19 +19,30 @@ import pathlib
 
 from absl import app, flags, logging
 
-from experiments import aggregate, runner
+from experiments import aggregate, lasp_gain, runner
 from lasp_jax import config_lib, health, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("points", ["mnist5k", "mnist5k_rot", "rmnist_cpu"], "Configs (configs/<name>.py) to compare.")
+flags.DEFINE_list("points", ["mnist5k", "mnist5k_rot", "rmnist_cpu_p1"],
+                  "Configs (configs/<name>.py, or rmnist_cpu_p1: results/lasp_gain's p1) to compare.")
 flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1.")
 flags.DEFINE_string("method", "sd", "Method of every run.")
 flags.DEFINE_string("results", "results/task_free", "Output folder.")
 
 
+def base_config(point: str):
+  """A point's config: ``configs/<point>.py``, or ``rmnist_cpu_p1``, Rotated MNIST at results/lasp_gain's point p1
+  (10,000 digits x 5 domains, 2 + 4 x 1 epochs under the per-step cosine, the published head)."""
+  if point == "rmnist_cpu_p1":
+    p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
+    return config_lib.override(lasp_gain.config_for(p1, "sd", "", 0).copy_and_resolve_references())
+  return importlib.import_module(f"configs.{point}").get_config()
+
+
 def run_config(point: str, method: str, boundaries: str, seed: int):
-  config = importlib.import_module(f"configs.{point}").get_config()
+  config = base_config(point)
+  config.unlock()
   return config_lib.override(config, method=method, boundaries=boundaries, seed=seed, pictures=False,
                              progress=False)
 

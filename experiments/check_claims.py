@@ -14,6 +14,7 @@ runs by the experiment that writes it (``--aggregate_only`` rewrites it; tests/t
 from __future__ import annotations
 
 import ast
+import decimal
 import json
 import math
 import pathlib
@@ -44,10 +45,17 @@ def _walk_json(obj) -> Iterator[float]:
       yield from _walk_json(v)
 
 
+def _rounded(v: float, k: int) -> set[str]:
+  """v to k decimals, as Python formats it (half to even on the binary value) and as a person rounds (half up)."""
+  half_up = decimal.Decimal(repr(v)).quantize(decimal.Decimal(1).scaleb(-k), rounding=decimal.ROUND_HALF_UP)
+  return {f"{v:.{k}f}", f"{half_up:.{k}f}"}
+
+
 def _forms(value: float) -> set[str]:
   """The ways a number is written in a document: as stored, and rounded to 2, 1 and 0 decimals."""
   v = abs(value)
-  return {f"{v:.2f}", f"{v:.1f}", f"{v:.0f}", repr(v).rstrip("0").rstrip(".") if "e" not in repr(v) else repr(v)}
+  stored = repr(v).rstrip("0").rstrip(".") if "e" not in repr(v) else repr(v)
+  return {stored, *_rounded(v, 2), *_rounded(v, 1), *_rounded(v, 0)}
 
 
 def _text_numbers(text: str) -> Iterator[float]:
@@ -73,7 +81,7 @@ def _pair_forms(text: str) -> set[str]:
   forms = set()
   for m in PAIR.finditer(text):
     a, b = (abs(float(_normal(g))) for g in m.groups())
-    forms |= {f"{a:.{k}f} ({b:.{k}f})" for k in (2, 1)}
+    forms |= {f"{x} ({y})" for k in (2, 1) for x in _rounded(a, k) for y in _rounded(b, k)}
   return forms
 
 

@@ -24,11 +24,15 @@ from lasp_jax import config_lib, health, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("points", ["mnist5k", "mnist5k_rot", "rmnist_cpu_p1"],
-                  "Configs (configs/<name>.py, or rmnist_cpu_p1: results/lasp_gain's p1) to compare.")
-flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1.")
-flags.DEFINE_string("method", "sd", "Method of every run.")
-flags.DEFINE_string("results", "results/task_free", "Output folder.")
+
+
+def define_flags() -> None:
+  """The command line (defined when run as a script only: importing the module defines no flags)."""
+  flags.DEFINE_list("points", ["mnist5k", "mnist5k_rot", "rmnist_cpu_p1"],
+                    "Configs (configs/<name>.py, or rmnist_cpu_p1: results/lasp_gain's p1) to compare.")
+  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1.")
+  flags.DEFINE_string("method", "sd", "Method of every run.")
+  flags.DEFINE_string("results", "results/task_free", "Output folder.")
 
 
 def base_config(point: str):
@@ -133,4 +137,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

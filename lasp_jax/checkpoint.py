@@ -148,11 +148,18 @@ def may_resume(ckpt: Checkpointer, workdir: pathlib.Path, config) -> bool:
   return True
 
 
+class FaultInjected(Exception):
+  """Raised at the fault point $LASP_FAULT names when $LASP_FAULT_MODE is ``raise`` (an interruption in process)."""
+
+
 def fault_point(name: str) -> None:
   """Test hook: SIGKILLs this process at the point named by $LASP_FAULT.
 
-  ``LASP_FAULT=probe:1`` dies at the start of the probe after task 1; used by the
-  resume tests to interrupt a run exactly where they want.
+  ``LASP_FAULT=probe:1`` dies at the start of the probe after task 1; used by the resume tests to interrupt a run
+  exactly where they want. With ``LASP_FAULT_MODE=raise`` it raises FaultInjected instead: the run stops there
+  and leaves its workdir as a killed one would, in the same process.
   """
   if os.environ.get("LASP_FAULT") == name:
+    if os.environ.get("LASP_FAULT_MODE") == "raise":
+      raise FaultInjected(name)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -12,22 +12,25 @@ def test_every_documented_figure_is_in_a_shipped_file():
   assert check_claims.check() == []
 
 
-def _tree(tmp_path, readme: str, table: str):
+def _tree(tmp_path, readme: str, table: str, results_readme: str = ""):
   (tmp_path / "results" / "x").mkdir(parents=True)
   (tmp_path / "README.md").write_text(readme)
   (tmp_path / "results" / "x" / "table.md").write_text(table)
-  (tmp_path / "results" / "x" / "README.md").write_text("| a | b |\n|---|---|\n| SD | 71.25 (3.10) |\n")
+  (tmp_path / "results" / "x" / "README.md").write_text(results_readme)
   return tmp_path
 
 
 def test_a_figure_no_file_holds_is_reported_and_a_rounded_one_is_not(tmp_path):
   table = "| SD | 71.25 (3.10) | 88.125 |\n| pair | 60.00 (2.00) | 12.00 |\n"
-  root = _tree(tmp_path, "SD reaches 88.1 and 88.13; Co2L 65.43 (1.00); apart: 60.00 (12.00); 71.3 (3.1).\n", table)
+  root = _tree(tmp_path, "SD reaches 88.1 and 88.13; Co2L 65.43 (1.00); apart: 60.00 (12.00); 71.3 (3.1).\n", table,
+               "| a | b |\n|---|---|\n| SD | 71.25 (3.10) |\n")
   problems = check_claims.check(root)
   assert problems == ["README.md:1: 65.43 (1.00) is in no shipped file",
                       "README.md:1: 60.00 (12.00) is in no shipped file"]  # two numbers of the file, not a pair
   (root / "results" / "x" / "README.md").write_text("| SD | 71.26 (3.10) |\n")
   assert check_claims.check(root)[-1] == "results/x/README.md:1: 71.26 (3.10) is in no shipped file"
+  (root / "results" / "x" / "README.md").write_text("prose outside a table is not a claim here: 99.99\n")
+  assert len(check_claims.check(root)) == 2
 
 
 def test_a_results_json_backs_its_summary_figures_not_its_curves(tmp_path):

@@ -5,12 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from lasp_jax import boundaries, run_state, train
-from tests.conftest import run_cli, strip_timing, tiny_config, two_tasks
+from lasp_jax import boundaries, checkpoint, config_lib, run_state, train
+from lasp_jax.data import streams
+from tests.conftest import strip_timing, tiny_config, two_tasks
 
 pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
 
-DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False}
+DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False, "eval.every_task": False}
 SAME = ("acc_matrix", "final", "curves", "health")
 
 
@@ -50,8 +51,7 @@ def domain_runs(tmp_path_factory):
   out = {}
   for name, over in [("given", {}), ("detected", {"boundaries": "detected"}),
                      ("never", {"boundaries": "detected", "detection.shift_threshold": 1e9}),
-                     ("always", {"boundaries": "detected", "detection.shift_threshold": 1e-9}),
-                     ("novelty", {"boundaries": "detected", "detection.detector": "novelty"})]:
+                     ("always", {"boundaries": "detected", "detection.shift_threshold": 1e-9})]:
     run = train.ContinualRun(tiny_config(**DOMAIN, **over), tmp_path_factory.mktemp(name))
     out[name] = run, run.run()
   return out
@@ -83,18 +83,25 @@ def test_detectors_that_fire_never_or_always_fail_the_scores(domain_runs):
   assert always["final"] != domain_runs["given"][1]["final"]
 
 
-def test_label_novelty_never_fires_on_a_domain_stream(domain_runs):
-  """Every domain repeats the same ten digits: the novelty detector (not the stream's task starts) sees no new
-  label after the first pass, so it detects nothing and trains the run as one segment."""
-  run, got = domain_runs["novelty"]
-  bd = got["boundary_detection"]
-  assert bd["detector"] == "novelty" and bd["detected"] == [] and bd["recall"] == 0.0
-  assert all(not o.get("novel") for o in bd["observations"])
-  assert got == {**got, **{k: domain_runs["never"][1][k] for k in ("acc_matrix", "final", "boundaries")}}
+@pytest.mark.parametrize("scenario, fires_at", [("domain", []), ("class", [(1, 0), (2, 0)])])
+def test_label_novelty_fires_where_new_labels_arrive(scenario, fires_at):
+  """The novelty detector, not the stream's task starts: on a domain stream every task repeats the same digits,
+  so it never fires; on a class stream it fires at the first pass of each new task, and at no later pass."""
+  config = tiny_config(**{"data.scenario": scenario, "data.num_tasks": 3 if scenario == "domain" else 5,
+                          "boundaries": "detected", "detection.detector": "novelty"})
+  _, stream = streams.load(config_lib.resolved(config))
+  detection, fired = run_state.Detection(), []
+  for t in range(3):
+    for e in range(2):
+      if stream.new_segment(detection, t, e, step=10 * t + e, embed=None):
+        fired.append((t, e))
+  assert fired == fires_at and detection.detected == [10 * t + e for t, e in fires_at]
+  assert [bool(o.get("novel")) for o in detection.observations[1:]] == [(t, e) in fires_at for t in range(3)
+                                                                          for e in range(2)][1:]
 
 
 def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
-  over = {"data.num_tasks": 5, "eval.raw_pixels": False}
+  over = {"data.num_tasks": 5, "eval.raw_pixels": False, "eval.every_task": False}
   given = train.ContinualRun(tiny_config(**over), tmp_path / "given").run()
   got = train.ContinualRun(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()
   bd = got["boundary_detection"]
@@ -103,27 +110,24 @@ def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
     assert got[k] == given[k], k
 
 
-ARGS = ["--config=configs/tiny.py", "--config.data.scenario=domain", "--config.data.num_tasks=3",
-        "--config.train.epochs=2", "--config.boundaries=detected", "--config.eval.raw_pixels=False",
-        "--config.train.checkpoint_every_steps=16"]
+DETECTED = {**DOMAIN, "train.epochs": 2, "boundaries": "detected", "train.checkpoint_every_steps": 16}
 
 
-def main(workdir, fault=None):
-  return run_cli(workdir, *ARGS, fault=fault)
-
-
-def test_a_detected_boundary_run_killed_mid_task_and_at_a_boundary_resumes_exactly(tmp_path):
-  # Killed in task 1's second epoch (its boundary detected, a mid-epoch checkpoint saved), at the detected
-  # boundary of task 2, then finished: equal to the uninterrupted run, detections included.
-  ref = main(tmp_path / "ref")
-  assert ref.returncode == 0, ref.stderr[-3000:]
-  wd = tmp_path / "resumed"
-  for fault in ["step:1:1:32", "boundary:2", None]:
-    out = main(wd, fault)
-    if fault:
-      assert out.returncode == -9, (fault, out.stderr[-3000:])
-  assert out.returncode == 0 and "resuming" in out.stderr, out.stderr[-3000:]
-  got, want = (json.loads((d / "results.json").read_text()) for d in (wd, tmp_path / "ref"))
+def test_a_detected_boundary_run_interrupted_mid_task_and_at_a_boundary_resumes_exactly(tmp_path, monkeypatch, capfd):
+  """Interrupted in task 1's second epoch (its boundary detected, a mid-epoch checkpoint saved), then at the
+  detected boundary of task 2, then finished: equal to the uninterrupted run, detections included. In process,
+  where a kill would land (checkpoint.fault_point raises); a SIGKILLed CLI run: tests/test_resume_cli.py."""
+  want = train.ContinualRun(tiny_config(**DETECTED), tmp_path / "ref").run()
+  monkeypatch.setenv("LASP_FAULT_MODE", "raise")
+  for fault in ["step:1:1:16", "boundary:2"]:
+    monkeypatch.setenv("LASP_FAULT", fault)
+    with pytest.raises(checkpoint.FaultInjected):
+      train.ContinualRun(tiny_config(**DETECTED), tmp_path / "resumed").run()
+    assert not (tmp_path / "resumed" / "results.json").exists()
+  monkeypatch.delenv("LASP_FAULT")
+  capfd.readouterr()
+  got = train.ContinualRun(tiny_config(**DETECTED), tmp_path / "resumed").run()
+  assert "resuming" in capfd.readouterr().err
   assert want["boundary_detection"]["recall"] == 1.0
   assert strip_timing(got) == strip_timing(want)
 

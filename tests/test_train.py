@@ -335,7 +335,7 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
 def test_inconsistent_settings_are_refused_before_training(tmp_path):
   with pytest.raises(ConfigError, match="lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0"):
     train.ContinualRun(tiny_config(**{"memory.size": 0, "lasp.srs_data": "onlypast"}), tmp_path)
-  with pytest.raises(ConfigError, match="train.batch_size 2048 is larger than the smallest task's 2000 "):
+  with pytest.raises(ConfigError, match="train.batch_size 2048 is larger than the smallest task's 750 "):
     train.ContinualRun(tiny_config(**{"data.num_tasks": 2, "train.batch_size": 2048}), tmp_path)
 
 

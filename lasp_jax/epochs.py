@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from lasp_jax import checkpoint, health, steps
+from lasp_jax import checkpoint, clock, health, steps
 from lasp_jax.errors import TrainingError
 from lasp_jax.steps import Batch, epoch_batches, num_steps
 from lasp_jax.train_state import task_lrs
@@ -33,9 +33,12 @@ def train_task(learners, t: int, executor) -> None:
   for e in range(prog0.epoch, learners[0].task_epochs(t)):
     for r in learners:
       r.before_epoch(t)
+    t_plan = time.perf_counter()
     plans = [r.epoch_plan(t) for r in learners]
     executor.begin_epoch(learners, plans)
     per_run = [r.epoch_chunks(p) for r, p in zip(learners, plans)]
+    for r in learners:  # host work before the epoch's first step: pools, shuffles, schedules
+      clock.add(r.rs.timing, "epoch_setup_s", time.perf_counter() - t_plan)
     lr_e = per_run[0][1]  # one schedule for every learner
     starts = [(time.perf_counter(), [steps.step_metrics(r.rs.progress.partial)]) for r in learners]
     for k in range(prog0.call, len(lr_e)):
@@ -166,9 +169,10 @@ class Learner:
   def end_epoch(self, t: int, e: int, plan: dict, chunks, outs, t0: float, bar) -> None:
     """The epoch's step metrics (checked finite; waits for the device, so the rate is real) averaged into one
     curve row with the degenerate reference values of its batches ``chunks``; progress, bar and TensorBoard."""
-    m = self.finite(outs, t, e)
+    m = self.finite(outs, t, e)  # waits for the epoch's last step
+    t_end = time.perf_counter()
     n = m[:, steps.COLUMN["num_valid"]]
-    rate = n[len(outs[0]):].sum() / max(time.perf_counter() - t0, 1e-9)
+    rate = n[len(outs[0]):].sum() / max(t_end - t0, 1e-9)
     m, n = m[n > 0], n[n > 0]
     means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
     lr = float(plan["lrs"][-1])
@@ -186,6 +190,7 @@ class Learner:
     if self.writer:
       for k, v in {**means, "lr": lr}.items():
         self.writer.add_scalar(f"{k}_{t}", v, int(self.state.step))
+    clock.add(self.rs.timing, "epoch_end_s", time.perf_counter() - t_end)  # host work after its last step
 
   def end_task(self, t: int, bar) -> None:
     """Closes the task's progress bar and runs the health checks on it (one line per flag, kept for results)."""

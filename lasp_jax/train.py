@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 from lasp_jax import (
   boundary,
   checkpoint,
+  clock,
   config_lib,
   cpu_kernels,
   epochs,
@@ -108,9 +109,10 @@ class ContinualRun(epochs.Learner):
     return {"state": self.state, "past": self.past or PastModel(self.state.params, self.state.batch_stats)}
 
   def save(self) -> None:
-    meta = dict(self.rs.to_meta(), has_past=self.past is not None)
-    meta["wall_time_s"] = self.rs.wall_time_s + (time.perf_counter() - self._t_start)
-    self.ckpt.save(self._trees(), meta)
+    with clock.Phase(self.rs.timing, "checkpoint_s"):
+      meta = dict(self.rs.to_meta(), has_past=self.past is not None)
+      meta["wall_time_s"] = self.rs.wall_time_s + (time.perf_counter() - self._t_start)
+      self.ckpt.save(self._trees(), meta)
 
   def maybe_restore(self) -> bool:
     """Restores the workdir's newest readable checkpoint if ``config.resume`` allows (checkpoint.may_resume)."""
@@ -184,7 +186,7 @@ class ContinualRun(epochs.Learner):
   # ---------------------------------------------------------------- the run
   def start(self) -> None:
     """Restores a checkpoint if there is one, writes config.json, opens the TensorBoard writer."""
-    self._t_start = time.perf_counter()
+    self._t_start, self._compile_start = time.perf_counter(), clock.compile_seconds()
     resumed = self.maybe_restore()
     checkpoint.write_json_atomic(self.workdir / "config.json",
                                  {**config_lib.flat(self.config), "provenance": provenance.provenance()})
@@ -204,6 +206,7 @@ class ContinualRun(epochs.Learner):
     return self.finish()
 
   def finish(self) -> dict:
+    clock.add(self.rs.timing, "compile_s", clock.compile_seconds() - self._compile_start)  # inside the phases
     results = report.results(self.config, self.stream, self.rs,
                              wall_time_s=self.rs.wall_time_s + time.perf_counter() - self._t_start)
     checkpoint.write_json_atomic(self.workdir / "results.json", results)

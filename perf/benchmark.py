@@ -40,7 +40,7 @@ flags.DEFINE_bool("quick", False, "Small shapes (CPU smoke run).")
 flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).")
 flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
 flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
-flags.DEFINE_string("out", "benchmark_results.json", "JSON output.")
+flags.DEFINE_string("out", "benchmark_results.json", "JSON output (the measured machines' files: results/benchmarks/).")
 flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection,cpu_race,dtype "
                     "(cpu_race and dtype run only when named).")
 flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision.")

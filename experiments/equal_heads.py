@@ -107,7 +107,7 @@ def workdir_of(out: pathlib.Path, point: Point, head: str, label: str, seed: int
 def row_of(point: Point, head: str, label: str, seed: int, res: dict) -> dict:
   """One cell's figures (m1, m2: the scenario's two METRICS), flags, times and provenance."""
   base = {"point": point.name, "head": head, "method": label, "seed": seed,
-          "commit": str(res.get("provenance", {}).get("git_commit") or "")[:7],
+          "commit": lasp_gain.commit_of(res),
           "date": res.get("provenance", {}).get("date"), "cpu": res.get("provenance", {}).get("cpu")}
   if runner.failed(res):
     return {**base, "m1": None, "m2": None, "raw_pixels": None, "train_s": None, "wall_s": None,

@@ -139,7 +139,13 @@ def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
           "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
           "flags": res.get("health", {}).get("checks", []), "train_s": res.get("timing", {}).get("train_s"),
           "wall_s": res.get("wall_time_s"), "sgd_probe": sgd,
-          "commit": str(res.get("provenance", {}).get("git_commit") or "")[:7]}
+          "commit": commit_of(res)}
+
+
+def commit_of(res: dict) -> str:
+  """The run's commit, with a * when it was made from a checkout with changes not committed."""
+  prov = res.get("provenance") or {}
+  return str(prov.get("git_commit") or "")[:7] + ("*" if prov.get("git_dirty") else "")
 
 
 def workdir_of(out: pathlib.Path, point: Point, label: str, seed: int) -> pathlib.Path:
@@ -239,12 +245,15 @@ def table(rows, points) -> str:
     lines += [f"| {r['point']} | {r['method']} | {r['m1']:.2f} | {r['sgd_probe']['m1']:.2f} | {r['m2']:.2f} | "
               f"{r['sgd_probe']['m2']:.2f} |" for r in checked]
     lines.append("")
-  lines += ["## Every run", "", "| point | method | seed | figure 1 | figure 2 | raw pixels | health | wall s |",
-            "|---|---|---|---|---|---|---|---|"]
+  lines += ["## Every run", "", "Commit: the code of the run; `*`: made from a checkout with uncommitted changes (the "
+            "commit is the nearest, not the exact code).", "",
+            "| point | method | seed | figure 1 | figure 2 | raw pixels | health | wall s | commit |",
+            "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     raw = "-" if r["raw_pixels"] is None else f"{r['raw_pixels']:.2f}"
     lines.append(f"| {r['point']} | {r['method']} | {r['seed']} | {_fmt(r['m1'])} | {_fmt(r['m2'])} | {raw} | "
-                 f"{'† ' + ', '.join(r['flags']) if r['flags'] else 'ok'} | {_fmt(r['wall_s'], 0)} |")
+                 f"{'† ' + ', '.join(r['flags']) if r['flags'] else 'ok'} | {_fmt(r['wall_s'], 0)} | "
+                 f"{r.get('commit', '')} |")
   return "\n".join(lines) + "\n"
 
 

@@ -8,12 +8,14 @@ a batch-centred projection head, L2-normalized 128-d embeddings, SupCon tau 0.5,
 SD with the mask search on ``onlycurrent``, batch 64, 10 + 4 x 5 epochs under the
 per-step cosine, the converged L-BFGS read-out after every task.
 
-Measured on 2 cores of an AMD EPYC (Zen 5), 2026-11-28, commit d6803b9: with --baselines 55 s from a fresh
-clone, pip included. Seeds 0-2 (--baselines --config.num_seeds=3, 2 min 18 s), Class-IL / Task-IL, mean (std):
-SD 85.60 (1.01) / 98.07 (0.40), finetune 85.73 (1.26) / 97.77 (0.35), joint 92.60 (1.00) / 98.67 (0.58), raw
-pixels 77.00 / 96.17 (chance 10 / 50). Every task of finetune and joint trains (no health flag); SD's SupCon ends
-task 1 at the constant-embedding value in every seed (flagged). At this scale SD is not above its lower bound.
-No paper number at this scale.
+Measured on 2 cores of an Intel Xeon (AVX-512), 2026-11-28 (results/readme/, command and output beside the runs;
+results/benchmarks/xeon_2026-11-28/readme_command1.txt): with --baselines 75 s from an empty compilation cache.
+Seeds 0-2 (--baselines --config.num_seeds=3), Class-IL / Task-IL, mean (std), flagged runs included:
+SD 87.00 (1.05) / 98.50 (0.40), finetune 86.17 (1.36) / 98.27 (0.49), joint 92.97 (1.20) / 98.90 (0.17), raw
+pixels 77.00 / 96.17 (chance 10 / 50). SD's SupCon ends task 1 at the constant-embedding value in every seed and
+finetune's in seed 2 (flagged); joint is healthy. SD is level with its lower bound at this scale. Other CPUs round
+differently and give other digits (XLA's AVX2 path on the same machine, seed 0: SD 87.90, finetune 84.00, joint
+92.30 Class-IL; results/readme/avx2_seed0). No paper number at this scale.
 """
 
 from lasp_jax.default_config import base_config

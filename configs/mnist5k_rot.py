@@ -7,12 +7,11 @@ R-MNIST's protocol (the BatchNorm-free net, unnormalized 500-d embeddings, tau
 domains instead of 20; batch 128 and the per-step cosine so that every domain
 trains from the full learning rate (the published per-epoch cosine runs a 1-epoch
 task at lr * 1e-3), and the converged readout as the probe.
-Runtime as configured here: about 60 s on 2 CPU cores (SD, seed 0). Domain-IL, seeds
-0-2: SD 76.16 / 76.82 / 78.68 (with the published command's ``onlypast`` search 53.26 / 22.62 /
-81.02: the representation collapses in two); seed 0 with ``--baselines`` (2 min 28 s): finetune 81.28,
-joint 86.40, raw pixels 48.32, and Co2L 82.16: at this scale SD's distillation does not help. The
-half-width 2 + 4 x 1-epoch version of the small grid (results/table1/small, the published
-commands' onlypast for SD): Co2L 85.1 (3.8), raw pixels 63.6. No paper number at this scale.
+Runtime as configured here: about a minute on 2 CPU cores (SD, seed 0). Domain-IL, seeds 0-2 (the given-boundary
+runs of results/task_free, 2 cores of an AMD EPYC Zen 5, 2026-11-28, flagged runs included): SD 72.40 (7.07),
+finetune 84.27 (3.38), joint 89.35 (3.08), raw pixels 56.96 (7.67); SD's seed 1 collapsed (flagged). The
+half-width 2 + 4 x 1-epoch version of the small grid (results/table1/small, the published commands' onlypast for
+SD): Co2L 85.11 (3.79), raw pixels 63.59 (6.04). No paper number at this scale.
 """
 
 from configs import rmnist

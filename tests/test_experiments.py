@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import rmnist_cpu
-from experiments import aggregate, gpu_queue, lasp_gain, reference, run, runner, subsets
+from experiments import aggregate, equal_heads, gpu_queue, lasp_gain, reference, run, runner, subsets
 from lasp_jax import config_lib
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
@@ -152,9 +152,10 @@ def test_every_config_resolves_and_validates():
     config_lib.validate(config_lib.resolved(importlib.import_module(f"configs.{name}").get_config()))
 
 
-def test_rmnist_cpu_is_the_budget_studys_point_p1():
-  p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
-  study = config_lib.flat(lasp_gain.config_for(p1, "sd", "onlycurrent", 0))
+def test_rmnist_cpu_is_the_equal_heads_studys_point_on_the_centred_head():
+  d600 = next(p for p in equal_heads.POINTS if p.name == "d600")
+  sd = next(v for v in equal_heads.VARIANTS if v.label == "SD onlycurrent")
+  study = config_lib.flat(equal_heads.config_for(d600, sd, "centred", 0))
   config = config_lib.flat(config_lib.resolved(rmnist_cpu.get_config()))
   assert {k for k in set(study) | set(config) if study.get(k) != config.get(k)} == {"progress", "pictures"}
 

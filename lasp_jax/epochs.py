@@ -100,10 +100,11 @@ class Learner:
 
   def timed(self, phase: str, fn, t: int):
     """Runs fn(t), adding its wall seconds (device work finished) to the phase's total; returns fn's result."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), clock.compile_seconds()
     out = fn(t)
     jax.block_until_ready(self.state.params)
-    self.rs.timing[phase] = round(self.rs.timing.get(phase, 0.0) + time.perf_counter() - t0, 3)
+    clock.add(self.rs.timing, phase, time.perf_counter() - t0)
+    clock.add(self.rs.timing, phase.removesuffix("_s") + "_compile_s", clock.compile_seconds() - c0)  # of it
     return out
 
   def task_epochs(self, t: int) -> int:

@@ -221,14 +221,17 @@ class ContinualRun(epochs.Learner):
 def charge_training(runs, train, t: int) -> None:
   """Runs ``train(t)`` (task t's epochs of ``runs``) and adds its wall seconds, less the boundaries it ran
   (their own phase, ``boundary_s``), to every run's ``train_s``: a shared program's time is every seed's."""
-  before = [r.rs.timing.get("boundary_s", 0.0) for r in runs]
-  t0 = time.perf_counter()
+  before = [(r.rs.timing.get("boundary_s", 0.0), r.rs.timing.get("boundary_compile_s", 0.0)) for r in runs]
+  t0, c0 = time.perf_counter(), clock.compile_seconds()
   train(t)
   jax.block_until_ready([r.state.params for r in runs])
-  spent = sum(r.rs.timing.get("boundary_s", 0.0) - b for r, b in zip(runs, before))
+  spent = sum(r.rs.timing.get("boundary_s", 0.0) - b for r, (b, _) in zip(runs, before))
+  compiled = clock.compile_seconds() - c0 - sum(r.rs.timing.get("boundary_compile_s", 0.0) - bc
+                                                for r, (_, bc) in zip(runs, before))
   elapsed = time.perf_counter() - t0 - spent
   for r in runs:
-    r.rs.timing["train_s"] = round(r.rs.timing.get("train_s", 0.0) + elapsed, 3)
+    clock.add(r.rs.timing, "train_s", elapsed)
+    clock.add(r.rs.timing, "train_compile_s", compiled)  # of train_s
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir) -> dict:

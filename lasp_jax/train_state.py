@@ -122,10 +122,18 @@ def schedule_values(schedule: optax.Schedule, num_steps: int) -> np.ndarray:
 
 
 def task_lrs(train_cfg, *, epochs: int, steps_per_epoch: int) -> np.ndarray:
-  """The learning rate of every step of a task of ``epochs`` epochs, from ``config.train``."""
+  """The learning rate of every step of a task of ``epochs`` epochs, from ``config.train`` (a read-only array)."""
   t = train_cfg
-  sched = lr_schedule(base_lr=t.lr, epochs=epochs, steps_per_epoch=steps_per_epoch, warmup_epochs=t.warmup_epochs,
-                      warmup_from=t.warmup_from,
-                      warmup_target_epochs=t.epochs if t.warmup_target == "published" else None,
-                      min_ratio=t.lr_min_ratio, kind=t.schedule)
-  return schedule_values(sched, epochs * steps_per_epoch)
+  return _task_lrs(t.lr, epochs, steps_per_epoch, t.warmup_epochs, t.warmup_from,
+                   t.epochs if t.warmup_target == "published" else None, t.lr_min_ratio, t.schedule)
+
+
+@functools.lru_cache(maxsize=64)
+def _task_lrs(lr, epochs, steps_per_epoch, warmup_epochs, warmup_from, warmup_target_epochs, min_ratio, kind):
+  # Cached: a run asks for the same task's schedule before every epoch (evaluating it took ~20 ms an epoch).
+  sched = lr_schedule(base_lr=lr, epochs=epochs, steps_per_epoch=steps_per_epoch, warmup_epochs=warmup_epochs,
+                      warmup_from=warmup_from, warmup_target_epochs=warmup_target_epochs, min_ratio=min_ratio,
+                      kind=kind)
+  values = schedule_values(sched, epochs * steps_per_epoch)
+  values.flags.writeable = False
+  return values

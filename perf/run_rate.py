@@ -1,0 +1,93 @@
+"""A whole run's training rate against the rate of its steps alone: where the time between steps goes.
+
+    python -m perf.run_rate [--config=configs/rmnist_cpu.py] [--set=data.num_tasks=4 ...] [--out=FILE.json]
+
+Trains the config once (its compiled programs come from the persistent cache when they are there), then times
+the same compiled chunk of steps alone on a full chunk of task 0's data, and prints: the run's steps per second
+of ``train_s``, the steps' own rate, their ratio, and ``results.json["timing"]`` (compile, the host work around
+each epoch, checkpoints, boundaries, probe). One run, one machine: figures to compare, not to assert.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from lasp_jax import config_lib, pools, provenance, steps, train, xla_cache
+from lasp_jax.checkpoint import write_json_atomic
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
+_SET = flags.DEFINE_multi_string("set", [], "key=value overrides, e.g. --set=data.num_tasks=4.")
+_OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls of the chunk alone.")
+
+
+def _value(text: str):
+  for cast in (int, float):
+    try:
+      return cast(text)
+    except ValueError:
+      pass
+  return {"True": True, "False": False}.get(text, text)
+
+
+def chunk_seconds(run, repeats: int) -> float:
+  """Median seconds per step of the run's compiled chunk on a full chunk of task 0's pool (with a past model
+  when the method distils, as every later task's steps have)."""
+  c = run.config
+  pool = pools.training_pool(run.stream, run.memory, 0)
+  b = steps.epoch_batches(pool, c.train.batch_size, c.train.steps_per_call, np.random.default_rng(0))
+  chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
+  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats))) \
+      if run.method.distills else None
+  mask, lrs = jnp.asarray(run.rs.mask, bool), jnp.full((c.train.steps_per_call,), c.train.lr * 1e-3)
+  real = int(np.asarray(jnp.sum(jnp.any(chunk.valid, axis=-1))))
+  times = []
+  for _ in range(repeats + 1):
+    t = time.perf_counter()
+    run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)
+    jax.block_until_ready(m)
+    times.append(time.perf_counter() - t)
+  return statistics.median(times[1:]) / real
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)
+  xla_cache.enable()
+  config = _CONFIG.value
+  for kv in _SET.value:
+    key, _, text = kv.partition("=")
+    config_lib.override(config, **{key: _value(text)})
+  config_lib.override(config, progress=False, pictures=False)
+  with tempfile.TemporaryDirectory() as wd:
+    run = train.ContinualRun(config, wd)
+    res = run.run()
+    step_s = chunk_seconds(run, _REPEATS.value)
+  timing = res["timing"]
+  steps_done = sum(p["steps"] for p in run.rs.pass_log)
+  run_rate = steps_done / timing["train_s"]
+  warm_rate = steps_done / (timing["train_s"] - timing.get("train_compile_s", 0.0))
+  out = {"config": _CONFIG.value.get("dataset"), "overrides": _SET.value, "steps": steps_done,
+         "batch": config.train.batch_size, "run_steps_per_s": round(run_rate, 3),
+         "chunk_steps_per_s": round(1 / step_s, 3), "ratio": round(run_rate * step_s, 3),
+         "ratio_without_compile": round(warm_rate * step_s, 3), "timing": timing,
+         "wall_time_s": res["wall_time_s"], "provenance": provenance.provenance()}
+  print(f"{steps_done} steps of batch {config.train.batch_size}: the run trains {run_rate:.2f} steps/s of train_s "
+        f"({timing['train_s']:.1f} s), its chunk alone {1 / step_s:.2f} steps/s: ratio {run_rate * step_s:.3f}; "
+        f"{warm_rate * step_s:.3f} without the compilation inside train_s")
+  print("timing (s): " + ", ".join(f"{k} {v}" for k, v in timing.items()))
+  if _OUT.value:
+    write_json_atomic(_OUT.value, out)
+
+
+if __name__ == "__main__":
+  sys.exit(app.run(main))

@@ -24,7 +24,8 @@ def _rows_complete(a: np.ndarray) -> bool:
 
 def average_accuracy(a: np.ndarray) -> float:
   last = a[-1]
-  return float(np.nanmean(last))
+  # NaN when the last task has no probe yet (a run stopped before it): no mean of an empty slice.
+  return float(np.nanmean(last)) if np.isfinite(last).any() else math.nan
 
 
 def forgetting(a: np.ndarray):

@@ -1,6 +1,7 @@
 """Metrics against hand-computed matrices, Task-IL masking, and the SGD probe's switches."""
 
 import dataclasses
+import warnings
 
 import chex
 import jax
@@ -30,6 +31,12 @@ def test_forgetting_and_bwt_hand_values():
   assert metrics.average_accuracy(a) == pytest.approx(220 / 3)
   last_only = np.array([[NAN, NAN], [50.0, 60.0]])
   assert metrics.forgetting(last_only) is None and metrics.backward_transfer(last_only) is None
+
+
+def test_average_accuracy_before_the_last_tasks_probe_is_nan_without_a_warning():
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # numpy's "Mean of empty slice" would fail here
+    assert np.isnan(metrics.average_accuracy(np.array([[80.0, NAN], [NAN, NAN]])))
 
 
 def test_task_il_masks_to_the_samples_task_block():

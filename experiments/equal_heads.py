@@ -244,59 +244,64 @@ def _budget(p: Point) -> str:
   return f"{per_task:,} {unit}, {p.domains} tasks, {p.epochs_first} + {p.domains - 1} × {p.epochs} epochs, {sched}"
 
 
-FIGURE_METHODS = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
-
-
 def figure(rows, path) -> None:
-  """Per-angle Domain-IL against digits per domain: colour = method, solid = centred head, dashed = published
-  head; raw pixels in grey; the paper-scale pair (published head, one seed) at 60,000 digits."""
+  """One panel per point: every run as a dot (× when flagged) and each cell's mean as a bar, methods along the
+  x-axis, the published head left (hollow) and the centred head right (filled) of each method; raw pixels as a grey
+  line; on Rotated MNIST panels the paper-scale pair (published head, one seed, 60,000 digits) at the right."""
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
-  points = [p for p in POINTS if p.scenario == "domain" and any(r["point"] == p.name for r in rows)]
-  fig, ax = plt.subplots(figsize=(8, 5))
-  for k, label in enumerate(FIGURE_METHODS):
-    for head, style in (("centred", "-"), ("published", "--")):
-      xs, ms, ss = [], [], []
-      for p in points:
-        mean, std, n = aggregate.mean_std(r["m1"] for r in rows if (r["point"], r["head"], r["method"]) ==
-                                          (p.name, head, label))
-        if n:
-          xs.append(10 * p.per_class * (1 + 0.02 * k))
-          ms.append(mean)
-          ss.append(std)
-          if any(r["flags"] for r in rows if (r["point"], r["head"], r["method"]) == (p.name, head, label)):
-            ax.plot(xs[-1], mean, "x", color=f"C{k}", ms=9)
-      if xs:
-        ax.errorbar(xs, ms, yerr=ss, ls=style, marker="o", color=f"C{k}", capsize=3, label=f"{label}, {head} head")
-  raw = [(10 * p.per_class, aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"] == p.name)[0])
-         for p in points]
-  raw = [(x, y) for x, y in raw if y is not None]
-  if raw:
-    ax.plot(*zip(*raw), ":", color="grey", marker=".", label="raw pixels (linear)")
-  for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
-    color = f"C{FIGURE_METHODS.index(label)}"
-    ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=color, mfc="none", ms=9,
-            label=f"{label}, published head, paper scale (H200, 1 seed)")
-  ax.set_xscale("log")
-  ax.set(xlabel="training digits per domain (20 domains, 100 + 19 × 20 epochs, per-epoch cosine)",
-         ylabel="Domain-IL accuracy, every angle (%)",
-         title="Rotated MNIST: every method on the same head (mean ± std over seeds; × = a flagged run)")
-  ax.legend(fontsize=6.5, ncol=2, loc="lower right")
+  points = [p for p in POINTS if any(r["point"] == p.name for r in rows)]
+  if not points:
+    return
+  fig, axes = plt.subplots(len(points), 1, figsize=(10, 4.2 * len(points)), squeeze=False)
+  for ax, point in zip(axes[:, 0], points):
+    _panel(ax, point, [r for r in rows if r["point"] == point.name])
   commits = ", ".join(sorted({r["commit"] for r in rows if r["commit"]}))
   cpus = "; ".join(sorted({r["cpu"] for r in rows if r.get("cpu")}))
   fig.text(0.01, 0.005, f"python -m experiments.equal_heads · {cpus} · runs of {commits} · drawn "
                         f"{datetime.date.today().isoformat()}", fontsize=6, color="grey")
-  fig.tight_layout(rect=(0, 0.03, 1, 1))
+  fig.tight_layout(rect=(0, 0.02, 1, 1))
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def _panel(ax, point: Point, rows) -> None:
+  labels = [v.label for v in VARIANTS if any(r["method"] == v.label for r in rows)]
+  for i, label in enumerate(labels):
+    for head, dx, fill in (("published", -0.18, "none"), ("centred", 0.18, None)):
+      rs = [r for r in rows if (r["head"], r["method"]) == (head, label) and r["m1"] is not None]
+      for r in rs:
+        ax.plot(i + dx, r["m1"], "x" if r["flags"] else "o", color=f"C{i}", mfc=fill, ms=6)
+      mean = aggregate.mean_std(r["m1"] for r in rs)[0]
+      if mean is not None:
+        ax.plot([i + dx - 0.12, i + dx + 0.12], [mean, mean], "-", color=f"C{i}", lw=2)
+  raw = aggregate.mean_std(r["raw_pixels"] for r in rows)[0]
+  if raw is not None:
+    ax.axhline(raw, ls=":", color="grey", label=f"raw pixels, linear ({raw:.1f})")
+  ticks = list(labels)
+  if point.scenario == "domain":
+    x = len(labels)
+    for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
+      ax.plot(x - 0.18 if label == "SD onlypast" else x + 0.18, PAPER_SCALE[label], marker, color="black",
+              mfc="none", ms=7, label=f"{label}, paper scale (H200, published head, 1 seed)")
+    ticks.append("paper scale\n60,000 digits")
+  ax.set_xticks(range(len(ticks)), [t.replace(" ", "\n", 1) for t in ticks], fontsize=7)
+  for marker, fill, text in (("o", "none", "published head (left, hollow)"), ("o", None, "centred head (right)"),
+                             ("x", None, "a run that failed a health check")):
+    ax.plot([], [], marker, color="grey", mfc=fill, ls="none", label=text)
+  (n1, _, _), _ = METRICS[point.scenario]
+  ax.set(ylabel=f"{n1} accuracy (%)", title=f"{point.name}: {_budget(point)}; every run a marker, the bar its "
+                                             "cell's mean (flagged runs included)")
+  ax.title.set_fontsize(9)
+  ax.legend(fontsize=6.5, loc="lower right")
 
 
 def report(out: pathlib.Path) -> None:
   rows = finished(out)
   write_text_atomic(out / "table.md", table(rows))
   write_json_atomic(out / "runs.json", rows)
-  figure(rows, out / "accuracy_vs_digits.png")
+  figure(rows, out / "every_run.png")
 
 
 def run_all(out: pathlib.Path, points, heads, seeds, methods) -> None:
@@ -335,7 +340,7 @@ def main(argv):
   if not FLAGS.aggregate_only:
     run_all(out, points, heads, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds), methods)
   report(out)
-  print(f"table: {out / 'table.md'}\nfigure: {out / 'accuracy_vs_digits.png'}")
+  print(f"table: {out / 'table.md'}\nfigure: {out / 'every_run.png'}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
     python -m perf.run_rate [--config=configs/rmnist_cpu.py] [--set=data.num_tasks=4 ...] [--out=FILE.json]
 
 Trains the config once (its compiled programs come from the persistent cache when they are there), then times
-the same compiled chunk of steps alone on a full chunk of task 0's data, and prints: the run's steps per second
-of ``train_s``, the steps' own rate, their ratio, and ``results.json["timing"]`` (compile, the host work around
-each epoch, checkpoints, boundaries, probe). One run, one machine: figures to compare, not to assert.
+the same compiled chunk alone on a full chunk of task 0's data, without a past model (task 0's steps) and with
+one (a distilling method's later steps), and prints: the run's steps per second of ``train_s``, its steps' own
+rate (each pass's steps at its chunk's rate), their ratio, and ``results.json["timing"]`` (compile, the host work
+around each epoch, checkpoints, boundaries, probe). One run, one machine: figures to compare, not to assert.
 """
 
 from __future__ import annotations
@@ -39,15 +40,15 @@ def _value(text: str):
   return {"True": True, "False": False}.get(text, text)
 
 
-def chunk_seconds(run, repeats: int) -> float:
-  """Median seconds per step of the run's compiled chunk on a full chunk of task 0's pool (with a past model
-  when the method distils, as every later task's steps have)."""
+def chunk_seconds(run, repeats: int, with_past: bool) -> float:
+  """Median seconds per step of the run's compiled chunk on a full chunk of task 0's pool, with a past model (as
+  a distilling method's later tasks run it) or without (as task 0 runs it)."""
   c = run.config
   pool = pools.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, c.train.batch_size, c.train.steps_per_call, np.random.default_rng(0))
   chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
   past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats))) \
-      if run.method.distills else None
+      if with_past else None
   mask, lrs = jnp.asarray(run.rs.mask, bool), jnp.full((c.train.steps_per_call,), c.train.lr * 1e-3)
   real = int(np.asarray(jnp.sum(jnp.any(chunk.valid, axis=-1))))
   times = []
@@ -71,18 +72,27 @@ def main(argv):
   with tempfile.TemporaryDirectory() as wd:
     run = train.ContinualRun(config, wd)
     res = run.run()
-    step_s = chunk_seconds(run, _REPEATS.value)
+    # Task 0 runs the chunk without a past model; a distilling method's later tasks with one (a dearer step).
+    alone = {False: chunk_seconds(run, _REPEATS.value, False)}
+    alone[True] = chunk_seconds(run, _REPEATS.value, True) if run.method.distills else alone[False]
   timing = res["timing"]
   steps_done = sum(p["steps"] for p in run.rs.pass_log)
+  # The steps' own time: each pass's steps at the rate of the chunk it ran.
+  steps_s = sum(p["steps"] * alone[p["task"] > 0] for p in run.rs.pass_log)
+  step_s = steps_s / steps_done
   run_rate = steps_done / timing["train_s"]
   warm_rate = steps_done / (timing["train_s"] - timing.get("train_compile_s", 0.0))
   out = {"config": _CONFIG.value.get("dataset"), "overrides": _SET.value, "steps": steps_done,
          "batch": config.train.batch_size, "run_steps_per_s": round(run_rate, 3),
-         "chunk_steps_per_s": round(1 / step_s, 3), "ratio": round(run_rate * step_s, 3),
+         "chunk_steps_per_s": round(1 / step_s, 3),
+         "chunk_s_per_step": {"task_0": round(alone[False], 4), "later_tasks": round(alone[True], 4)},
+         "ratio": round(run_rate * step_s, 3),
          "ratio_without_compile": round(warm_rate * step_s, 3), "timing": timing,
          "wall_time_s": res["wall_time_s"], "provenance": provenance.provenance()}
   print(f"{steps_done} steps of batch {config.train.batch_size}: the run trains {run_rate:.2f} steps/s of train_s "
-        f"({timing['train_s']:.1f} s), its chunk alone {1 / step_s:.2f} steps/s: ratio {run_rate * step_s:.3f}; "
+        f"({timing['train_s']:.1f} s), its chunks alone {1 / step_s:.2f} steps/s "
+        f"(task 0 {alone[False] * 1e3:.0f} ms a step, later tasks {alone[True] * 1e3:.0f} ms): "
+        f"ratio {run_rate * step_s:.3f}; "
         f"{warm_rate * step_s:.3f} without the compilation inside train_s")
   print("timing (s): " + ", ".join(f"{k} {v}" for k, v in timing.items()))
   if _OUT.value:

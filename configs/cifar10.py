@@ -9,6 +9,7 @@ batch 512 (1024 views), SGD lr 0.5, momentum 0.9, wd 1e-4, 10 warm-up epochs and
 cosine per task, 500 epochs on task 0 and 100 on each later task, SupCon tau 0.5,
 IRD eta 0.2 / 0.01, lambda 1 (co2l, gm) or 5 (sd, sd_gm), mask search on
 ``onlycurrent`` with K = 300, 50 steps, lr 100; linear probe 100 epochs, lr 1.
+Head: the published projection head, output L2-normalized and not centred (``model.head_center=False``).
 
 Expected runtime on one H200 (BENCHMARKS.md, phases timed on CIFAR-shaped data and
 summed over the schedule): 9.1 minutes float32, 4.9 minutes with

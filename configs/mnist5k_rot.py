@@ -6,7 +6,8 @@ R-MNIST's protocol (the BatchNorm-free net, unnormalized 500-d embeddings, tau
 0.1, every method's subset searched on ``onlycurrent``) on the 4,000 bundled training digits with 5
 domains instead of 20; batch 128 and the per-step cosine so that every domain
 trains from the full learning rate (the published per-epoch cosine runs a 1-epoch
-task at lr * 1e-3), and the converged readout as the probe.
+task at lr * 1e-3), and the converged readout as the probe. Head: R-MNIST's published one (output neither
+centred nor normalized, ``model.head_center=False``), as results/task_free ran it.
 Runtime as configured here: about a minute on 2 CPU cores (SD, seed 0). Domain-IL, seeds 0-2 (the given-boundary
 runs of results/task_free, 2 cores of an AMD EPYC Zen 5, 2026-11-28, flagged runs included): SD 72.40 (7.07),
 finetune 84.27 (3.38), joint 89.35 (3.08), raw pixels 56.96 (7.67); SD's seed 1 collapsed (flagged). The

@@ -9,7 +9,7 @@ Published hyperparameters: the small conv net (500-d representation), head
 SD. Every method searches its subset on ``onlycurrent``, as the paper's Table 1 states;
 the published R-MNIST SD command searched on ``onlypast``
 (``--config.lasp.srs_data=onlypast``). This is the published head (output neither centred nor normalized): on
-CPU budgets SD collapses on it with either search (results/equal_heads; ``model.head_center=True`` removes the
+CPU budgets SD collapses on it in some seeds with either search (results/equal_heads; ``model.head_center=True`` removes the
 collapse, configs/rmnist_cpu.py). Test copies use each task's own angle; the published runs rotated
 every copy by the last angle (``data.rmnist_test_uses_last_angle=True``).
 

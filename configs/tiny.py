@@ -4,7 +4,8 @@
 
 A quarter-width R-MNIST net with BatchNorm, 16-d embeddings, 2 epochs per task under the
 per-step cosine (every task trains from the full learning rate: the tests
-check that later tasks learn), the converged L-BFGS readout as the probe.
+check that later tasks learn), the converged L-BFGS readout as the probe. Head: not centred
+(``model.head_center=False``, the default).
 """
 
 from lasp_jax.default_config import base_config

@@ -8,6 +8,7 @@ Published hyperparameters: the CIFAR ResNet-18 at 64 px, batch 512, lr 0.1, 10
 warm-up epochs, 500 epochs on task 0 and 50 later, SupCon tau 0.5, IRD eta 0.1 /
 0.1, D = 512 for SD/GM/SD+GM but 128 for the Co2L baseline, RandomResizedCrop
 scale (0.1, 1) plus Gaussian blur (p 0.5); probe lr 0.1.
+Head: the published projection head, output L2-normalized and not centred (``model.head_center=False``).
 
 Expected runtime: not yet measured on a GPU; roughly 4x the CIFAR-10 run per epoch
 (64 px), so a few hours on one H100 (projection).

@@ -8,10 +8,10 @@ Published hyperparameters: the small conv net (500-d representation), head
 100 epochs on task 0 and 20 later, SupCon tau 0.1, IRD eta 0.2 / 0.01, lambda 5 for
 SD. Every method searches its subset on ``onlycurrent``, as the paper's Table 1 states;
 the published R-MNIST SD command searched on ``onlypast``
-(``--config.lasp.srs_data=onlypast``). This is the published head (output neither centred nor normalized): on
-CPU budgets SD collapses on it in some seeds with either search (results/equal_heads; ``model.head_center=True`` removes the
-collapse, configs/rmnist_cpu.py). Test copies use each task's own angle; the published runs rotated
-every copy by the last angle (``data.rmnist_test_uses_last_angle=True``).
+(``--config.lasp.srs_data=onlypast``). This is the published head (output neither centred nor normalized):
+on CPU budgets SD collapses on it in some seeds with either search (results/equal_heads;
+``model.head_center=True`` removes the collapse, configs/rmnist_cpu.py). Test copies use each task's own angle;
+the published runs rotated every copy by the last angle (``data.rmnist_test_uses_last_angle=True``).
 
 Runtime on one H200 (``--config.train.steps_per_call=59
 --config.eval.every_task=False --config.eval.raw_pixels=False``): SD 99 s, Co2L 118 s

@@ -29,7 +29,7 @@ import optax
 from absl import app, flags, logging
 
 from experiments import aggregate, equal_heads
-from lasp_jax import config_lib, health, provenance, steps, train, xla_cache
+from lasp_jax import config_lib, errors, health, provenance, steps, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.data import augment
 
@@ -113,15 +113,18 @@ def first_later_task(point, seed: int) -> list[dict]:
         run.run_task(0)
         run.before_epoch(1)  # the boundary: memory, past model, mask search
         start = measure(run, 1)
-        run.run_task(1)
-        end = measure(run, 1)
+        try:
+          run.run_task(1)
+          end, diverged = measure(run, 1), None
+        except errors.TrainingError as e:  # a diverged task 1 is a finding: its row says where
+          end, diverged = None, str(e).split("; last good checkpoint")[0]
         curves = [c for c in run.rs.curves if c["task"] == 1]
         flags_ = sorted({f["check"] for f in run.rs.health if f["task"] == 1})
       curve = [{k: c[k] for k in ("epoch", "supcon", "ird", "z_var", "grad_norm")} for c in curves]
       rows.append({"head": head, "method": label, "seed": seed, "start": start, "end": end, "task1_flags": flags_,
-                   "task1_curve": curve})
-      print(f"{head} {label}: offset/spread {start['offset_over_spread']:.2f} -> {end['offset_over_spread']:.2f}, "
-            f"flags {flags_}", flush=True)
+                   "task1_curve": curve, "diverged": diverged})
+      after = diverged or f"{end['offset_over_spread']:.2f}"
+      print(f"{head} {label}: offset/spread {start['offset_over_spread']:.2f} -> {after}, flags {flags_}", flush=True)
   return rows
 
 
@@ -161,6 +164,9 @@ def tables(data: dict) -> str:
     for r in data["first_later_task"]:
       for when in ("start", "end"):
         m = r[when]
+        if m is None:
+          rows.append([r["head"], r["method"], f"task 1 {when}", r["diverged"]] + [""] * 9)
+          continue
         rows.append([r["head"], r["method"], f"task 1 {when}", f"{m['offset']:.1f}", f"{m['spread']:.1f}",
                      f"{m['offset_over_spread']:.2f}", f"{m['supcon']:.2f} / {m['supcon_const']:.2f}",
                      f"{m.get('ird', float('nan')):.3f} / {m.get('ird_uniform', float('nan')):.3f}",

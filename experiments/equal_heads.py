@@ -282,9 +282,9 @@ def _panel(ax, point: Point, rows) -> None:
   ticks = list(labels)
   if point.scenario == "domain":
     x = len(labels)
-    for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
-      ax.plot(x - 0.18 if label == "SD onlypast" else x + 0.18, PAPER_SCALE[label], marker, color="black",
-              mfc="none", ms=7, label=f"{label}, paper scale (H200, published head, 1 seed)")
+    for label, marker, dx in (("SD onlypast", "s", -0.18), ("Co2L", "D", 0.18)):
+      ax.plot(x + dx, PAPER_SCALE[label], marker, color="black", mfc="none", ms=7,
+              label=f"{label}, paper scale (H200, published head, 1 seed)")
     ticks.append("paper scale\n60,000 digits")
   ax.set_xticks(range(len(ticks)), [t.replace(" ", "\n", 1) for t in ticks], fontsize=7)
   for marker, fill, text in (("o", "none", "published head (left, hollow)"), ("o", None, "centred head (right)"),

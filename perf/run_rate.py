@@ -1,6 +1,6 @@
 """A whole run's training rate against the rate of its steps alone: where the time between steps goes.
 
-    python -m perf.run_rate [--config=configs/rmnist_cpu.py] [--set=data.num_tasks=4 ...] [--out=FILE.json]
+    python -m perf.run_rate [--config=configs/rmnist_cpu.py] [--config.data.num_tasks=4 ...] [--out=FILE.json]
 
 Trains the config once (its compiled programs come from the persistent cache when they are there), then times
 the same compiled chunk alone on a full chunk of task 0's data, without a past model (task 0's steps) and with
@@ -26,18 +26,8 @@ from lasp_jax import config_lib, pools, provenance, steps, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
-_SET = flags.DEFINE_multi_string("set", [], "key=value overrides, e.g. --set=data.num_tasks=4.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls of the chunk alone.")
-
-
-def _value(text: str):
-  for cast in (int, float):
-    try:
-      return cast(text)
-    except ValueError:
-      pass
-  return {"True": True, "False": False}.get(text, text)
 
 
 def chunk_seconds(run, repeats: int, with_past: bool) -> float:
@@ -64,10 +54,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable()
-  config = _CONFIG.value
-  for kv in _SET.value:
-    key, _, text = kv.partition("=")
-    config_lib.override(config, **{key: _value(text)})
+  config = _CONFIG.value  # with its --config.KEY=VALUE overrides
   config_lib.override(config, progress=False, pictures=False)
   with tempfile.TemporaryDirectory() as wd:
     run = train.ContinualRun(config, wd)
@@ -82,7 +69,8 @@ def main(argv):
   step_s = steps_s / steps_done
   run_rate = steps_done / timing["train_s"]
   warm_rate = steps_done / (timing["train_s"] - timing.get("train_compile_s", 0.0))
-  out = {"config": _CONFIG.value.get("dataset"), "overrides": _SET.value, "steps": steps_done,
+  overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
+  out = {"config": _CONFIG.value.get("dataset"), "overrides": overrides, "steps": steps_done,
          "batch": config.train.batch_size, "run_steps_per_s": round(run_rate, 3),
          "chunk_steps_per_s": round(1 / step_s, 3),
          "chunk_s_per_step": {"task_0": round(alone[False], 4), "later_tasks": round(alone[True], 4)},

@@ -26,6 +26,7 @@ import datetime
 import pathlib
 import sys
 
+import numpy as np
 from absl import app, flags, logging
 
 from experiments import aggregate, lasp_gain, runner
@@ -297,11 +298,70 @@ def _panel(ax, point: Point, rows) -> None:
   ax.legend(fontsize=6.5, loc="lower right")
 
 
+def curve_cells(rows) -> dict:
+  """{(method, head): [(digits per domain, mean, std, runs, flagged runs)]} over the Rotated MNIST points, the
+  comparison's methods only (flagged runs included and counted)."""
+  out = {}
+  for point in (p for p in POINTS if p.scenario == "domain"):
+    for head in HEADS:
+      for label in MAIN:
+        rs = [r for r in rows if (r["point"], r["head"], r["method"]) == (point.name, head, label)
+              and r["m1"] is not None]
+        if rs:
+          mean, std, n = aggregate.mean_std(r["m1"] for r in rs)
+          out.setdefault((label, head), []).append((10 * point.per_class, mean, std or 0.0, n,
+                                                    sum(bool(r["flags"]) for r in rs)))
+  return out
+
+
+def curve(rows, path) -> None:
+  """The study at a glance: per-angle accuracy against digits per domain (log axis), one line per method and head
+  (centred solid, published dashed), mean and std over seeds; a cell with a flagged run drawn hollow with its
+  count; the paper-scale pair (published head, one seed) at 60,000 digits."""
+  import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
+  cells = curve_cells(rows)
+  if not cells:
+    return
+  fig, ax = plt.subplots(figsize=(8, 5))
+  for (label, head), pts in sorted(cells.items(), key=lambda kv: (MAIN.index(kv[0][0]), kv[0][1])):
+    color, style = f"C{MAIN.index(label)}", "-" if head == "centred" else "--"
+    shift = 0.97 if head == "published" else 1.03  # the two heads' markers side by side
+    x, m, s = (np.array([p[i] for p in pts], float) * (shift if i == 0 else 1) for i in range(3))
+    ax.errorbar(x, m, yerr=s, fmt=style, color=color, capsize=3, label=f"{label}, {head} head")
+    for d, mean, _, n, flagged in pts:
+      d *= shift
+      ax.plot(d, mean, "o", color=color, mfc="none" if flagged else color, ms=6)
+      if flagged:
+        ax.annotate(f"†{flagged}/{n}", (d, mean), textcoords="offset points", xytext=(4, -9), fontsize=6,
+                    color=color)
+  for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
+    ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=f"C{MAIN.index(label)}", mfc="none", ms=8,
+            label=f"{label}, published head, paper scale (H200, 1 seed)")
+  raw = aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"].startswith("d"))[0]
+  if raw is not None:
+    ax.axhline(raw, ls=":", color="grey", label=f"raw pixels, linear ({raw:.1f})")
+  ax.set_xscale("log")
+  ax.set(xlabel="digits per domain (20 domains, 100 + 19 × 20 epochs, per-epoch cosine)",
+         ylabel="Domain-IL per-angle accuracy (%)",
+         title="Rotated MNIST: mean ± std over seeds; hollow: the cell holds flagged runs (†k/n, included)")
+  ax.title.set_fontsize(9)
+  ax.legend(fontsize=6.5, loc="lower right", ncol=2)
+  commits = ", ".join(sorted({r["commit"] for r in rows if r["commit"] and r["point"].startswith("d")}))
+  fig.text(0.01, 0.005, f"python -m experiments.equal_heads · runs of {commits} · drawn "
+                        f"{datetime.date.today().isoformat()}", fontsize=6, color="grey")
+  fig.tight_layout(rect=(0, 0.02, 1, 1))
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def report(out: pathlib.Path) -> None:
   rows = finished(out)
   write_text_atomic(out / "table.md", table(rows))
   write_json_atomic(out / "runs.json", rows)
   figure(rows, out / "every_run.png")
+  curve(rows, out / "curve.png")
 
 
 def run_all(out: pathlib.Path, points, heads, seeds, methods) -> None:
@@ -340,7 +400,7 @@ def main(argv):
   if not FLAGS.aggregate_only:
     run_all(out, points, heads, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds), methods)
   report(out)
-  print(f"table: {out / 'table.md'}\nfigure: {out / 'every_run.png'}")
+  print(f"table: {out / 'table.md'}\nfigures: {out / 'curve.png'}, {out / 'every_run.png'}")
 
 
 if __name__ == "__main__":

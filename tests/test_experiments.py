@@ -160,6 +160,25 @@ def test_rmnist_cpu_is_the_equal_heads_studys_point_on_the_centred_head():
   assert {k for k in set(study) | set(config) if study.get(k) != config.get(k)} == {"progress", "pictures"}
 
 
+def test_equal_heads_curve_cells_by_hand(tmp_path):
+  """The curve's cells: mean and std over seeds per (method, head, digits per domain), flagged runs counted and
+  included, a diverged run left out, Split points and ablation rows not on the curve."""
+  row = lambda point, head, method, seed, m1, flags=(): {"point": point, "head": head, "method": method,
+                                                         "seed": seed, "m1": m1, "flags": list(flags),
+                                                         "raw_pixels": 50.0, "commit": "abc"}
+  rows = [row("d600", "centred", "Co2L", 0, 80.0), row("d600", "centred", "Co2L", 1, 84.0, ["ird_uniform"]),
+          row("d600", "centred", "Co2L", 2, None, ["diverged"]), row("d1200", "centred", "Co2L", 0, 90.0),
+          row("d600", "published", "SD onlycurrent", 0, 70.0), row("c1", "centred", "Co2L", 0, 60.0),
+          row("d600", "centred", "SD lambda1", 0, 85.0)]
+  cells = equal_heads.curve_cells(rows)
+  assert set(cells) == {("Co2L", "centred"), ("SD onlycurrent", "published")}
+  (d, mean, std, n, flagged), (d2, mean2, std2, n2, flagged2) = cells[("Co2L", "centred")]
+  assert (d, mean, n, flagged, d2, mean2, n2, flagged2) == (600, 82.0, 2, 1, 1200, 90.0, 1, 0)
+  np.testing.assert_allclose(std, np.std([80.0, 84.0], ddof=1))
+  equal_heads.curve(rows, tmp_path / "curve.png")
+  assert (tmp_path / "curve.png").stat().st_size > 10_000
+
+
 def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
   p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
   res = lambda acc, last: {"final": {"domain_il": acc}, "acc_matrix": {"domain_il": [[None, None], [acc, last]]},

@@ -115,7 +115,7 @@ def test_normalization_uses_each_channels_mean_and_std():
 def test_flip_probability():
   cfg = A.AugmentConfig(8, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), jitter_p=0, grayscale_p=0)
   img = jnp.tile(jnp.arange(8, dtype=jnp.uint8)[None, :, None], (8, 1, 1))[None].repeat(400, 0)
-  out = A.one_view(jax.random.PRNGKey(0), img, jnp.zeros(400), cfg)
+  out = jax.jit(lambda k, i, a: A.one_view(k, i, a, cfg))(jax.random.PRNGKey(0), img, jnp.zeros(400))
   flipped = np.asarray(out[:, 0, 0, 0] > out[:, 0, -1, 0])
   assert 0.4 < flipped.mean() < 0.6
   np.testing.assert_allclose(np.where(flipped[:, None], out[:, 0, ::-1, 0], out[:, 0, :, 0])[0] * 255,

@@ -1,6 +1,7 @@
 """Metrics against hand-computed matrices, Task-IL masking, and the SGD probe's switches."""
 
 import dataclasses
+import functools
 import warnings
 
 import chex
@@ -125,11 +126,12 @@ def test_rotated_mnist_probe_crops_only_the_memory():
   images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1)), jnp.uint8)
   angles = jnp.array([30.0, 30.0, 60.0, 60.0])
   current = jnp.array([True, False, True, False])
-  x = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, crop_current=False)
-  plain = augment.test_transform(images, angles, cfg)
+  views = jax.jit(functools.partial(probe.probe_views, aug_cfg=cfg), static_argnames="crop_current")  # as the probe
+  x = views(jax.random.PRNGKey(1), images, angles, current, crop_current=False)
+  plain = jax.jit(lambda i, a: augment.test_transform(i, a, cfg))(images, angles)
   np.testing.assert_array_equal(x[current], plain[current])
   assert not np.allclose(x[~current], plain[~current])  # cropped to 30-50 % of the area
-  every = probe.probe_views(jax.random.PRNGKey(1), images, angles, current, aug_cfg=cfg, crop_current=True)
+  every = views(jax.random.PRNGKey(1), images, angles, current, crop_current=True)
   assert not np.allclose(every[current], plain[current])
 
 
@@ -139,16 +141,17 @@ def test_probe_step_without_real_rows_moves_nothing_and_padding_rows_do_not_coun
   rng = np.random.default_rng(0)
   feats, labels = jnp.asarray(rng.normal(size=(8, 4)), jnp.float32), jnp.asarray(rng.integers(0, 3, 8))
   params = init(clf, feats)
+  step = jax.jit(functools.partial(probe.masked_sgd_step, clf=clf, tx=tx))  # compiled, as inside the probe's loop
   # One real step first, so the momentum buffer is non-zero (a plain SGD update would move the weights again).
-  params, opt = probe.masked_sgd_step(params, tx.init(params), feats, labels, jnp.ones(8, bool), clf=clf, tx=tx)
+  params, opt = step(params, tx.init(params), feats, labels, jnp.ones(8, bool))
   assert float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(opt.inner_state))) > 0
   none = jnp.zeros(8, bool)
-  same_p, same_o = probe.masked_sgd_step(params, opt, feats, labels, none, clf=clf, tx=tx)
+  same_p, same_o = step(params, opt, feats, labels, none)
   chex.assert_trees_all_equal((same_p, same_o), (params, opt))
   # Half the rows valid: the same step as on those rows alone.
   half = jnp.arange(8) < 4
-  got = probe.masked_sgd_step(params, opt, feats, labels, half, clf=clf, tx=tx)
-  want = probe.masked_sgd_step(params, opt, feats[:4], labels[:4], jnp.ones(4, bool), clf=clf, tx=tx)
+  got = step(params, opt, feats, labels, half)
+  want = step(params, opt, feats[:4], labels[:4], jnp.ones(4, bool))
   chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-7)
 
 

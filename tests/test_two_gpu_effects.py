@@ -20,15 +20,20 @@ def _bn(x, mask=None):
   v = init(bn, x)
   v = {"params": {"scale": jnp.linspace(0.5, 2, x.shape[-1]), "bias": jnp.linspace(-1, 1, x.shape[-1])},
        "batch_stats": v["batch_stats"]}
-  y, upd = bn.apply(v, x, mask=mask, mutable=["batch_stats"])
+  y, upd = _apply(bn, v, x, mask)
   return v, y, upd["batch_stats"]
+
+
+@functools.partial(jax.jit, static_argnums=0)  # one program per module and shape, not one per op
+def _apply(module, v, x, mask=None):
+  return module.apply(v, x, mask=mask, mutable=["batch_stats"])
 
 
 @pytest.mark.parametrize("shape", [(8, 5, 5, 3), (8, 6)])
 def test_grouped_bn_is_batch_norm_per_half_with_the_first_halfs_running_stats(shape):
   x = randn(*shape, seed=1) * 3 + 1
   v, _, _ = _bn(x)
-  y, upd = GroupedBatchNorm(2).apply(v, x, mutable=["batch_stats"])
+  y, upd = _apply(GroupedBatchNorm(2), v, x)
   (_, y0, s0), (_, y1, _) = _bn(x[:4]), _bn(x[4:])
   np.testing.assert_allclose(y, jnp.concatenate([y0, y1]), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(upd["batch_stats"]["mean"], s0["mean"], rtol=1e-5, atol=1e-6)
@@ -51,7 +56,7 @@ def test_grouped_bn_leaves_masked_rows_out_of_each_groups_statistics():
   x = randn(8, 4, 4, 3, seed=2)
   mask = jnp.array([1, 1, 1, 0, 1, 1, 0, 0], bool)
   v, _, _ = _bn(x)
-  y, _ = GroupedBatchNorm(2).apply(v, x, mask=mask[:, None, None, None], mutable=["batch_stats"])
+  y, _ = _apply(GroupedBatchNorm(2), v, x, mask[:, None, None, None])
   _, y0, _ = _bn(x[:3])
   _, y1, _ = _bn(x[4:6])
   np.testing.assert_allclose(y[:3], y0, rtol=1e-5, atol=1e-5)
@@ -145,8 +150,9 @@ def test_a_model_built_from_the_config_honours_bn_groups():
   for groups in (1, 2):
     m = build_model(config_lib.resolved(tiny_config(**{"model.bn_groups": groups})))
     v = init(m, x, train=False)
-    outs[groups] = m.apply(v, x, train=True, mutable=["batch_stats"])[0][0]
+    apply = jax.jit(m.apply, static_argnames=("train", "mutable"))  # one program each, not op by op
+    outs[groups] = apply(v, x, train=True, mutable=("batch_stats",))[0][0]
     # eval mode uses the running statistics: the groups change nothing there
-    outs[groups, "eval"] = m.apply(v, x, train=False)[0]
+    outs[groups, "eval"] = apply(v, x, train=False)[0]
   assert float(jnp.max(jnp.abs(outs[1] - outs[2]))) > 1e-2
   np.testing.assert_allclose(outs[1, "eval"], outs[2, "eval"], rtol=1e-6)

@@ -167,4 +167,3 @@ def _compilation_cache(tmp_path_factory):
   jax.config.update("jax_compilation_cache_dir", str(cache))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   yield
-

@@ -66,6 +66,8 @@ VARIANTS = (Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))
             Variant("SD all dims", "sd", (("lasp.srs_data", "onlycurrent"), ("lasp.subset", "all"))),
             Variant("SD combined", "sd", (("lasp.srs_data", "combined"),)))
 MAIN = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
+# The ablation rows that change one thing of SD (searched on onlycurrent data, as Table 1 runs it).
+ABLATION_OF_SD = ("SD lambda1", "SD random subset", "SD all dims", "SD combined")
 # Split-MNIST: the methods item 5 of the study compares.
 SPLIT = ("SD onlycurrent", "Co2L", "finetune")
 # Paper-scale runs (results/rmnist_paper, one H200, seed 0, published head, 60,000 digits per domain).
@@ -210,6 +212,11 @@ def table(rows) -> str:
         if g:
           diffs.append([head, f"{label} − Co2L", len(g), _ms(g), verdict(g),
                         _ms(paired(rows, point.name, head, label, metric="m2"))])
+      for label in ABLATION_OF_SD:  # what each change does to SD itself
+        g = paired(rows, point.name, head, label, other="SD onlycurrent")
+        if g:
+          diffs.append([head, f"{label} − SD onlycurrent", len(g), _ms(g), verdict(g),
+                        _ms(paired(rows, point.name, head, label, other="SD onlycurrent", metric="m2"))])
     for label in ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint"):
       g = [c - p for c, p in _head_pairs(rows, point.name, label)]
       if g:

@@ -66,6 +66,9 @@ def test_epoch_checks_fire_on_constructed_cases_and_not_on_healthy_values():
   # A value above the reference (a loss worse than a constant embedding) is flagged too.
   assert health.supcon_at_constant(task=1, epoch=1, supcon=37.1, constant=34.4)
   assert not health.supcon_at_constant(task=1, epoch=1, supcon=0.99 * 34.4 - 0.01, constant=34.4)
+  # An IRD above its uniform value (Co2L's sharp but unrelated relations on Split-MNIST: 6.738 against 4.833).
+  assert "at or above" in health.ird_at_uniform(task=1, epoch=5, ird=6.738, uniform=4.833).message
+  assert not health.ird_at_uniform(task=1, epoch=5, ird=0.99 * 4.833 - 0.01, uniform=4.833)
 
 
 def test_task_checks_fire_on_constructed_cases():

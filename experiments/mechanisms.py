@@ -116,8 +116,8 @@ def first_later_task(point, seed: int) -> list[dict]:
         try:
           run.run_task(1)
           end, diverged = measure(run, 1), None
-        except errors.TrainingError as e:  # a diverged task 1 is a finding: its row says where
-          end, diverged = None, str(e).split("; last good checkpoint")[0]
+        except errors.NonFiniteLoss as e:  # a diverged task 1 is a finding: its row says where
+          end, diverged = None, e.what
         curves = [c for c in run.rs.curves if c["task"] == 1]
         flags_ = sorted({f["check"] for f in run.rs.health if f["task"] == 1})
       curve = [{k: c[k] for k in ("epoch", "supcon", "ird", "z_var", "grad_norm")} for c in curves]

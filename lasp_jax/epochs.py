@@ -20,7 +20,7 @@ import numpy as np
 import tqdm
 
 from lasp_jax import checkpoint, clock, health, steps
-from lasp_jax.errors import TrainingError
+from lasp_jax.errors import NonFiniteLoss
 from lasp_jax.steps import Batch, epoch_batches, num_steps
 from lasp_jax.train_state import task_lrs
 
@@ -73,15 +73,15 @@ class OneRun:
 
 
 def check_finite(outs, t: int, e: int, where):
-  """All step metrics of the epoch so far; a TrainingError at the first non-finite loss (``where()``: the last
-  good checkpoint, asked for only then)."""
+  """All step metrics of the epoch so far; NonFiniteLoss (a TrainingError) at the first non-finite loss
+  (``where()``: the last good checkpoint, asked for only then)."""
   m = np.concatenate([steps.step_metrics(o) for o in outs])
   bad = np.flatnonzero(~np.isfinite(m[:, steps.COLUMN["loss"]]))
   if bad.size:
     i = int(bad[0])
     before = steps.describe_step(m, i - 1) if i else "none this epoch"
-    raise TrainingError(f"non-finite loss at task {t}, epoch {e + 1}, step {i + 1} of the epoch "
-                        f"({steps.describe_step(m, i)}; the step before: {before}); last good checkpoint: {where()}")
+    raise NonFiniteLoss(f"non-finite loss at task {t}, epoch {e + 1}, step {i + 1} of the epoch "
+                        f"({steps.describe_step(m, i)}; the step before: {before})", where())
   return m
 
 

@@ -15,3 +15,12 @@ class DataError(LaspError):
 
 class TrainingError(LaspError):
   """Training cannot continue (for example a non-finite loss)."""
+
+
+class NonFiniteLoss(TrainingError):
+  """A step's loss was not finite: ``what`` says where and what the step measured; ``checkpoint`` is the last good
+  checkpoint to resume from (the message has both)."""
+
+  def __init__(self, what: str, checkpoint):
+    super().__init__(f"{what}; last good checkpoint: {checkpoint}")
+    self.what, self.checkpoint = what, checkpoint

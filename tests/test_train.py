@@ -208,8 +208,11 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
   run.chunk_fn = diverging
   with pytest.raises(TrainingError, match=r"non-finite loss at task 1, epoch 1, step 1 of the epoch \(supcon nan, "
                                           r"ird nan, z_norm nan, grad_norm nan; the step before: none this epoch\); "
-                                          r"last good checkpoint: \d+ in "):
+                                          r"last good checkpoint: \d+ in ") as caught:
     run.run()
+  # The two parts as fields too (experiments/mechanisms.py records ``what`` as a diverged row's finding).
+  assert str(caught.value) == f"{caught.value.what}; last good checkpoint: {caught.value.checkpoint}"
+  assert caught.value.what.endswith("none this epoch)") and str(tmp_path) in str(caught.value.checkpoint)
   assert not (tmp_path / "results.json").exists()
   again = train.ContinualRun(config, tmp_path)
   assert again.maybe_restore() and again.rs.progress.task == 1

@@ -299,7 +299,7 @@ def _panel(ax, point: Point, rows) -> None:
                              ("x", None, "a run that failed a health check")):
     ax.plot([], [], marker, color="grey", mfc=fill, ls="none", label=text)
   (n1, _, _), _ = METRICS[point.scenario]
-  ax.set(ylabel=f"{n1} accuracy (%)", title=f"{point.name}: {_budget(point)}; every run a marker, the bar its "
+  ax.set(ylabel=f"{n1} accuracy (%)", title=f"{point.name}: {_budget(point)}\nevery run a marker, the bar its "
                                              "cell's mean (flagged runs included)")
   ax.title.set_fontsize(9)
   ax.legend(fontsize=6.5, loc="lower right")

@@ -316,7 +316,7 @@ def curve_cells(rows) -> dict:
               and r["m1"] is not None]
         if rs:
           mean, std, n = aggregate.mean_std(r["m1"] for r in rs)
-          out.setdefault((label, head), []).append((10 * point.per_class, mean, std or 0.0, n,
+          out.setdefault((label, head), []).append((10 * point.per_class, mean, std, n,
                                                     sum(bool(r["flags"]) for r in rs)))
   return out
 
@@ -334,15 +334,13 @@ def curve(rows, path) -> None:
   fig, ax = plt.subplots(figsize=(8, 5))
   for (label, head), pts in sorted(cells.items(), key=lambda kv: (MAIN.index(kv[0][0]), kv[0][1])):
     color, style = f"C{MAIN.index(label)}", "-" if head == "centred" else "--"
-    shift = 0.97 if head == "published" else 1.03  # the two heads' markers side by side
-    x, m, s = (np.array([p[i] for p in pts], float) * (shift if i == 0 else 1) for i in range(3))
-    ax.errorbar(x, m, yerr=s, fmt=style, color=color, capsize=3, label=f"{label}, {head} head")
-    for d, mean, _, n, flagged in pts:
-      d *= shift
-      ax.plot(d, mean, "o", color=color, mfc="none" if flagged else color, ms=6)
-      if flagged:
-        ax.annotate(f"†{flagged}/{n}", (d, mean), textcoords="offset points", xytext=(4, -9), fontsize=6,
-                    color=color)
+    digits, means, stds, runs, flagged = (np.array(col) for col in zip(*pts))
+    x = digits * (0.97 if head == "published" else 1.03)  # the two heads' markers side by side
+    ax.errorbar(x, means, yerr=stds, fmt=style, color=color, capsize=3, label=f"{label}, {head} head")
+    for xi, mean, n, k in zip(x, means, runs, flagged):
+      ax.plot(xi, mean, "o", color=color, mfc="none" if k else color, ms=6)
+      if k:
+        ax.annotate(f"†{k}/{n}", (xi, mean), textcoords="offset points", xytext=(4, -9), fontsize=6, color=color)
   for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
     ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=f"C{MAIN.index(label)}", mfc="none", ms=8,
             label=f"{label}, published head, paper scale (H200, 1 seed)")

@@ -37,14 +37,14 @@ def test_values_at_s0(golden):
   s0 = jnp.asarray(g["s0"], F32)
   np.testing.assert_allclose(means, g["class_means"], atol=1e-6)
   np.testing.assert_allclose(naive_sims(s0, feats, means), g["sims_s0"], atol=1e-6)
+  # Compiled, as the search runs them (called op by op they compiled 125 small programs).
+  objective = jax.jit(ms.objective, static_argnums=5)
+  loss_and_grad = jax.jit(jax.value_and_grad(ms.search_loss), static_argnums=6)
   for kind, obj_key, loss_key, grad_key in [
       ("published_all_pairs", "obj_sim_code_s0", "loss_code_s0", "grad_loss_code_s0"),
       ("own_class", "obj_sim_ownclass_s0", "loss_ownclass_s0", "grad_loss_ownclass_s0")]:
-    # Compiled as the search compiles them (op by op, the test compiled 125 small programs).
-    objective = jax.jit(ms.objective, static_argnums=5)
     np.testing.assert_allclose(objective(s0, feats, labels, means, valid, kind), g[obj_key], rtol=1e-5)
-    loss, grad = jax.jit(jax.value_and_grad(ms.search_loss), static_argnums=6)(s0, feats, labels, means, valid,
-                                                                               float(g["lam"]), kind)
+    loss, grad = loss_and_grad(s0, feats, labels, means, valid, float(g["lam"]), kind)
     np.testing.assert_allclose(loss, g[loss_key], rtol=1e-5)
     np.testing.assert_allclose(grad, g[grad_key], atol=1e-6)
   pred = ms.ncm_predictions(s0, feats, means, jnp.max(labels))

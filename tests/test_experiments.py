@@ -179,6 +179,20 @@ def test_equal_heads_curve_cells_by_hand(tmp_path):
   assert (tmp_path / "curve.png").stat().st_size > 10_000
 
 
+def test_equal_heads_table_pairs_by_seed_against_co2l_and_finetune():
+  """Paired rows by hand: a seed only one side finished is no pair; 3 pairs get a verdict, fewer say n=."""
+  row = lambda method, seed, m1: {"point": "d600", "head": "centred", "method": method, "seed": seed, "m1": m1,
+                                  "m2": m1 + 10.0, "flags": [], "raw_pixels": 50.0, "train_s": 1.0, "commit": "abc",
+                                  "date": "2026-11-29"}
+  rows = ([row("Co2L", s, 88.0 + s) for s in range(4)] + [row("finetune", s, 86.0 + s) for s in range(3)]
+          + [row("SD onlycurrent", s, v) for s, v in enumerate([81.0, 84.0, 85.0, 99.0])])
+  text = equal_heads.table(rows)
+  # SD - Co2L over seeds 0-3: -7, -5, -5, +8 -> mean -2.25, level; SD - finetune over 0-2: -5, -3, -3 -> below
+  assert "| centred | SD onlycurrent − Co2L | 4 | -2.25 (6.90) | level |" in text
+  assert "| centred | SD onlycurrent − finetune | 3 | -3.67 (1.15) | below |" in text
+  assert "| centred | finetune − Co2L | 3 | -2.00 (0.00) | below |" in text
+
+
 def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
   p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
   res = lambda acc, last: {"final": {"domain_il": acc}, "acc_matrix": {"domain_il": [[None, None], [acc, last]]},

@@ -59,6 +59,13 @@ class MemoryRecord:
     return cls(mem.indices.tolist(), mem.tasks.tolist())
 
 
+def table_size(slots: int) -> int:
+  """The length of the device's slot tables for a stream of ``slots`` slots: 8, 16, 32, ... Runs that differ
+  only in their number of tasks, or in given against detected boundaries, then share their compiled programs
+  (the tables are only gathered from, so the padding changes no result)."""
+  return max(8, 1 << (slots - 1).bit_length())
+
+
 @dataclasses.dataclass
 class RunState:
   """Everything a run records and resumes from, besides its device arrays."""
@@ -105,8 +112,9 @@ class RunState:
     return cls(**kw)
 
   def slot_tables(self, stream) -> tuple[np.ndarray, np.ndarray]:
-    """The rotation angle and contrastive tag of every slot, padded to the stream's slot capacity."""
-    angles, tags = np.zeros(stream.slot_capacity, np.float32), np.zeros(stream.slot_capacity, np.int32)
+    """The rotation angle and contrastive tag of every slot, padded to ``table_size`` of the stream's capacity."""
+    size = table_size(stream.slot_capacity)
+    angles, tags = np.zeros(size, np.float32), np.zeros(size, np.int32)
     for i, (domain, tag) in enumerate(self.slots):
       angles[i], tags[i] = stream.angles[domain], tag
     return angles, tags

@@ -2,12 +2,13 @@
 
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import boundaries, checkpoint, config_lib, run_state, train
+from lasp_jax import boundaries, checkpoint, config_lib, run_state, steps, train
 from lasp_jax.data import streams
-from tests.conftest import strip_timing, tiny_config, two_tasks
+from tests.conftest import placed_chunk, strip_timing, tiny_config, two_tasks
 
 pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
 
@@ -43,6 +44,24 @@ def test_label_novelty_and_mean_shift_by_hand():
   # n_a n_b / (n_a + n_b) = 1 -> 4.
   x, y = np.array([[0.0, 5.0], [2.0, 5.0]]), np.array([[2.0, 5.0], [4.0, 5.0]])
   np.testing.assert_allclose(boundaries.mean_shift(x, y), 4.0)
+
+
+def test_slot_tables_come_in_few_sizes_so_given_and_detected_runs_share_their_train_program(tmp_path):
+  assert [run_state.table_size(n) for n in (1, 3, 8, 9, 20, 480)] == [8, 8, 8, 16, 32, 512]
+  runs = [train.ContinualRun(tiny_config(**DOMAIN, **over), tmp_path / str(i))
+          for i, over in enumerate([{}, {"boundaries": "detected"}])]
+  assert [r.stream.slot_capacity for r in runs] == [3, 6]  # 3 tasks; 3 tasks x 2 epochs of passes
+  runs[1].rs.slots = [[0, 0], [2, 1]]  # slot 1: domain 2, tag 1
+  angles, tags = runs[1].rs.slot_tables(runs[1].stream)
+  want = np.float32([runs[1].stream.angles[0], runs[1].stream.angles[2], 0, 0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(angles, want)
+  np.testing.assert_array_equal(tags, [0, 1, 0, 0, 0, 0, 0, 0])
+  lowered = []
+  for run in runs:
+    chunk, past = placed_chunk(run)
+    lowered.append(run.chunk_fn.lower(run.state, past, jnp.ones(16, bool), run.data, chunk,
+                                      steps.pad_lrs([0.05], 1)).as_text())
+  assert lowered[0] == lowered[1]
 
 
 @pytest.fixture(scope="module")

@@ -181,12 +181,20 @@ def summary_rows(rows, point: Point, head: str):
     rs = [r for r in rows if r["point"] == point.name and r["head"] == head and r["method"] == v.label]
     if not rs:
       continue
-    flagged = sum(bool(r["flags"]) for r in rs)
+    flagged, diverged = sum(bool(r["flags"]) for r in rs), sum(r["m1"] is None for r in rs)
     mark = f" †{flagged}" if flagged else ""
-    out.append([v.label + mark, len(rs), _ms(r["m1"] for r in rs), _ms(r["m2"] for r in rs),
+    seeds = f"{len(rs)} ({diverged} diverged)" if diverged else len(rs)
+    out.append([v.label + mark, seeds, _ms(r["m1"] for r in rs), _ms(r["m2"] for r in rs),
                 _ms(r["m1"] for r in rs if not r["flags"]),
                 _ms(r["raw_pixels"] for r in rs)])
   return ["method", "seeds", n1, n2, f"{n1}, unflagged runs only", f"raw pixels ({n1})"], out
+
+
+def _health(row) -> str:
+  if not row["flags"]:
+    return "ok"
+  task = row.get("first_flagged_task")  # a diverged run names its task in its flag
+  return "† " + ", ".join(row["flags"]) + ("" if task is None else f" (task {task})")
 
 
 def table(rows) -> str:
@@ -231,7 +239,7 @@ def table(rows) -> str:
       ["point", "head", "method", "seed", "figure 1", "figure 2", "raw pixels", "health (first flagged task)",
        "train s", "commit", "date"],
       [[r["point"], r["head"], r["method"], r["seed"], _num(r["m1"]), _num(r["m2"]), _num(r["raw_pixels"]),
-        ("† " + ", ".join(r["flags"]) + f" (task {r.get('first_flagged_task')})") if r["flags"] else "ok",
+        _health(r),
         _num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
 

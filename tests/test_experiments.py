@@ -182,11 +182,14 @@ def test_equal_heads_curve_cells_by_hand(tmp_path):
 def test_equal_heads_table_pairs_by_seed_against_co2l_and_finetune():
   """Paired rows by hand: a seed only one side finished is no pair; 3 pairs get a verdict, fewer say n=."""
   row = lambda method, seed, m1: {"point": "d600", "head": "centred", "method": method, "seed": seed, "m1": m1,
-                                  "m2": m1 + 10.0, "flags": [], "raw_pixels": 50.0, "train_s": 1.0, "commit": "abc",
-                                  "date": "2026-11-29"}
+                                  "m2": None if m1 is None else m1 + 10.0, "flags": [], "raw_pixels": 50.0,
+                                  "train_s": 1.0, "commit": "abc", "date": "2026-11-29"}
   rows = ([row("Co2L", s, 88.0 + s) for s in range(4)] + [row("finetune", s, 86.0 + s) for s in range(3)]
-          + [row("SD onlycurrent", s, v) for s, v in enumerate([81.0, 84.0, 85.0, 99.0])])
+          + [row("SD onlycurrent", s, v) for s, v in enumerate([81.0, 84.0, 85.0, 99.0])]
+          + [row("GM", 0, 80.0), dict(row("GM", 1, None), flags=["diverged (non-finite loss): task 1"])])
   text = equal_heads.table(rows)
+  assert "| GM †1 | 2 (1 diverged) | 80.00 (0.00) |" in text  # listed and counted, never dropped
+  assert "| d600 | centred | GM | 1 | failed | failed | 50.00 | † diverged (non-finite loss): task 1 |" in text
   # SD - Co2L over seeds 0-3: -7, -5, -5, +8 -> mean -2.25, level; SD - finetune over 0-2: -5, -3, -3 -> below
   assert "| centred | SD onlycurrent − Co2L | 4 | -2.25 (6.90) | level |" in text
   assert "| centred | SD onlycurrent − finetune | 3 | -3.67 (1.15) | below |" in text

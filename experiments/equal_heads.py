@@ -118,7 +118,7 @@ def row_of(point: Point, head: str, label: str, seed: int, res: dict) -> dict:
   (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
   value = lambda k, how: res["final"][k] if how == "final" else res["acc_matrix"][k][-1][-1]
   first_flag = min((f["task"] for f in res["health"]["flags"]), default=None)
-  return {**base, "m1": value(k1, h1), "m2": value(k2, h2),
+  return {**base, "m1": value(k1, h1), "m2": value(k2, h2), "final_row": res["acc_matrix"][k1][-1],
           "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
           "flags": res["health"]["checks"], "first_flagged_task": first_flag,
           "train_s": res["timing"].get("train_s"), "wall_s": res.get("wall_time_s")}
@@ -190,6 +190,25 @@ def summary_rows(rows, point: Point, head: str):
   return ["method", "seeds", n1, n2, f"{n1}, unflagged runs only", f"raw pixels ({n1})"], out
 
 
+def by_domain(rows, point: Point) -> list[str]:
+  """Where a method's accuracy after the last task lies: its final row A[T][j], averaged over the quarters of the
+  domains j (the oldest first) and over seeds, per head and main method; flagged runs included."""
+  bounds = np.linspace(0, point.domains, 5).astype(int)
+  groups, body = list(zip(bounds[:-1], bounds[1:])), []
+  for head in HEADS:
+    for label in MAIN:
+      finals = [r["final_row"] for r in rows if (r["point"], r["head"], r["method"]) == (point.name, head, label)
+                and r["m1"] is not None]
+      if finals:
+        body.append([head, label, len(finals),
+                     *(_ms(np.mean(f[a:b]) for f in finals) for a, b in groups)])
+  if not body:
+    return []
+  return ["### Accuracy after the last task, by domain (A[T][j] averaged over the domains j of each group)", "",
+          aggregate.markdown_table(["head", "method", "seeds", *(f"domains {a}–{b - 1}" for a, b in groups)],
+                                   body), ""]
+
+
 def _health(row) -> str:
   if not row["flags"]:
     return "ok"
@@ -235,6 +254,8 @@ def table(rows) -> str:
       (n1, _, _), (n2, _, _) = METRICS[point.scenario]
       lines += ["### Paired differences (flagged runs included)", "",
                 aggregate.markdown_table(["head", "difference", "pairs", n1, "verdict", n2], diffs), ""]
+    if point.scenario == "domain":
+      lines += by_domain(rows, point)
   lines += ["## Every run", "", aggregate.markdown_table(
       ["point", "head", "method", "seed", "figure 1", "figure 2", "raw pixels", "health (first flagged task)",
        "train s", "commit", "date"],

@@ -183,7 +183,8 @@ def test_equal_heads_table_pairs_by_seed_against_co2l_and_finetune():
   """Paired rows by hand: a seed only one side finished is no pair; 3 pairs get a verdict, fewer say n=."""
   row = lambda method, seed, m1: {"point": "d600", "head": "centred", "method": method, "seed": seed, "m1": m1,
                                   "m2": None if m1 is None else m1 + 10.0, "flags": [], "raw_pixels": 50.0,
-                                  "train_s": 1.0, "commit": "abc", "date": "2026-11-29"}
+                                  "train_s": 1.0, "commit": "abc", "date": "2026-11-29",
+                                  "final_row": None if m1 is None else [m1 - 4.0] * 5 + [m1] * 15}
   rows = ([row("Co2L", s, 88.0 + s) for s in range(4)] + [row("finetune", s, 86.0 + s) for s in range(3)]
           + [row("SD onlycurrent", s, v) for s, v in enumerate([81.0, 84.0, 85.0, 99.0])]
           + [row("GM", 0, 80.0), dict(row("GM", 1, None), flags=["diverged (non-finite loss): task 1"])])
@@ -194,6 +195,9 @@ def test_equal_heads_table_pairs_by_seed_against_co2l_and_finetune():
   assert "| centred | SD onlycurrent − Co2L | 4 | -2.25 (6.90) | level |" in text
   assert "| centred | SD onlycurrent − finetune | 3 | -3.67 (1.15) | below |" in text
   assert "| centred | finetune − Co2L | 3 | -2.00 (0.00) | below |" in text
+  # the final row by quarters of the 20 domains: Co2L's oldest 84, 85, 86, 87 (mean 85.5), then 88-91 (89.5)
+  assert "| centred | Co2L | 4 | 85.50 (1.29) | 89.50 (1.29) | 89.50 (1.29) | 89.50 (1.29) |" in text
+  assert "| centred | GM | 1 | 76.00 (0.00) |" in text  # the diverged seed has no row to average
 
 
 def test_lasp_gain_pairs_seeds_and_reports_failed_runs():

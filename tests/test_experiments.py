@@ -275,9 +275,10 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   """A tiny Domain-IL dry run of the queue's command line: one cell, its raw pixels, the log; then a call whose
   budget is shorter than the finished cell took runs nothing."""
   repo = pathlib.Path(__file__).resolve().parents[1]
-  tiny = ["--config=configs/mnist5k_rot.py", "--set=data.num_tasks=2", "--set=train.epochs_first=1",
-          "--set=train.epochs=1", "--set=model.width=0.25", "--set=memory.size=40", "--set=progress=False",
-          "--set=pictures=False"]
+  # The tiny config's Domain-IL runs, one step a call: the train programs of tests/test_task_free.py's runs (the
+  # compilation cache serves whichever comes second).
+  tiny = ["--config=configs/tiny.py", "--set=data.scenario=domain", "--set=data.num_tasks=2",
+          "--set=train.epochs_first=1", "--set=train.epochs=1", "--set=train.steps_per_call=1"]
   call = lambda *a: subprocess.run([sys.executable, "-m", "experiments.gpu_queue", f"--out={tmp_path}", *tiny, *a],
                                    cwd=repo, capture_output=True, text=True, timeout=600)
   out = call("--budget_s=600", "--max_cells=1")

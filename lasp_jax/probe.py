@@ -249,7 +249,9 @@ def linear_readout(model, variables, data, test_data, pd: ProbeData, *, kind: st
   clf = linear.fit_logistic(feats(data, np.asarray(pd.train_index)[rows], np.asarray(pd.train_domain)[rows]),
                             np.asarray(pd.train_label)[rows], num_classes=layout.num_classes,
                             sample_weight=weight[rows])
-  logits = clf.logits(feats(test_data, pd.test_index, pd.test_domain)).astype(np.float32)
+  # The encoder's test features are the probe data's own (the same program on the same rows): not extracted twice.
+  test = np.asarray(pd.test_feats) if kind == "encoder" else feats(test_data, pd.test_index, pd.test_domain)
+  logits = clf.logits(test).astype(np.float32)
   accs = _accuracies(jnp.asarray(logits), pd.test_label, pd.test_task, layout)
   return ProbeResult({n: np.asarray(a[0]) for n, a in accs.items()}, {n: float(a[1]) for n, a in accs.items()},
                      {n: None for n in accs})

@@ -119,6 +119,28 @@ def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
   assert abs(std.overall["class_il"] - ref.overall["class_il"]) < 10
 
 
+def test_lbfgs_readout_reads_the_probe_datas_test_features_and_equals_extracting_them_again(trained_run,
+                                                                                             monkeypatch):
+  """The encoder's test features come from the probe data (extracted once); re-extracted they give the same
+  read-out. The raw-pixel read-out, another kind, extracts its own."""
+  run, pd = trained_run, evaluate.probe_data(trained_run, 1)
+  readout = lambda pd, kind: probe.linear_readout(run.model, run.state.variables(), run.data, run.test_data, pd,
+                                                  kind=kind, **evaluate.readout_kwargs(run))
+  fresh = probe.extract_features(run.model, run.state.variables(), run.test_data, np.asarray(pd.test_index),
+                                 np.asarray(pd.test_domain), run.aug_cfg)
+  np.testing.assert_array_equal(fresh, pd.test_feats)
+  extracted, real = [], probe.extract_features
+  monkeypatch.setattr(probe, "extract_features", lambda m, v, data, *a, **k: extracted.append(
+      (data is run.test_data, k.get("kind"))) or real(m, v, data, *a, **k))
+  got = readout(pd, "encoder")
+  assert extracted == [(False, "encoder")]  # the training rows only
+  # Given other test features, the read-out scores those: it reads them from the probe data.
+  shuffled = readout(pd._replace(test_feats=pd.test_feats[::-1]), "encoder")
+  assert shuffled.overall != got.overall
+  readout(pd, "pixels")
+  assert extracted[-2:] == [(False, "pixels"), (True, "pixels")]
+
+
 def test_rotated_mnist_probe_crops_only_the_memory():
   """Published R-MNIST probe: current-task images are rotated only, memory images rotated and cropped."""
   cfg = config_lib.augment_config(tiny_config(**{"data.scenario": "domain", "augment.crop_scale": (0.3, 0.5)}),

@@ -174,11 +174,16 @@ def verdict(diffs) -> str:
   return "level" if abs(mean) <= 2 * std else ("above" if mean > 0 else "below")
 
 
+def _cell(rows, point: str, head: str, label: str) -> list[dict]:
+  """The rows of one (point, head, method) cell, diverged runs included."""
+  return [r for r in rows if (r["point"], r["head"], r["method"]) == (point, head, label)]
+
+
 def summary_rows(rows, point: Point, head: str):
   (n1, _, _), (n2, _, _) = METRICS[point.scenario]
   out = []
   for v in VARIANTS:
-    rs = [r for r in rows if r["point"] == point.name and r["head"] == head and r["method"] == v.label]
+    rs = _cell(rows, point.name, head, v.label)
     if not rs:
       continue
     flagged, diverged = sum(bool(r["flags"]) for r in rs), sum(r["m1"] is None for r in rs)
@@ -197,8 +202,7 @@ def by_domain(rows, point: Point) -> list[str]:
   groups, body = list(zip(bounds[:-1], bounds[1:])), []
   for head in HEADS:
     for label in MAIN:
-      finals = [r["final_row"] for r in rows if (r["point"], r["head"], r["method"]) == (point.name, head, label)
-                and r["m1"] is not None]
+      finals = [r["final_row"] for r in _cell(rows, point.name, head, label) if r["m1"] is not None]
       if finals:
         body.append([head, label, len(finals),
                      *(_ms(np.mean(f[a:b]) for f in finals) for a, b in groups)])
@@ -343,8 +347,7 @@ def curve_cells(rows) -> dict:
   for point in (p for p in POINTS if p.scenario == "domain"):
     for head in HEADS:
       for label in MAIN:
-        rs = [r for r in rows if (r["point"], r["head"], r["method"]) == (point.name, head, label)
-              and r["m1"] is not None]
+        rs = [r for r in _cell(rows, point.name, head, label) if r["m1"] is not None]
         if rs:
           mean, std, n = aggregate.mean_std(r["m1"] for r in rs)
           out.setdefault((label, head), []).append((10 * point.per_class, mean, std, n,

@@ -10,7 +10,7 @@ per class (600 per domain) of the 60,000-digit MNIST, the projection head's outp
 trains worse), and the converged L-BFGS read-out after the last task. Point d600 of results/equal_heads.
 
 Runtime: 4-6 minutes a run on 2 cores (train 250-330 s, Intel Xeon). results/equal_heads (d600, centred head,
-Intel Xeon, 2026-11-28), per-angle / last-angle Domain-IL, mean (std) over seeds, flagged runs included:
+Intel Xeon, 2026-11-28 and 29), per-angle / last-angle Domain-IL, mean (std) over seeds, flagged runs included:
 
 | method | seeds | per-angle | last-angle |
 |---|---|---|---|
@@ -26,8 +26,8 @@ SD − Co2L paired over seeds 0-4: -5.82 (1.25) onlycurrent, -5.62 (0.82) onlypa
 run flagged. Paired over seeds 0-2, SD onlycurrent - finetune is -4.63 (1.56) (below: at this budget SD keeps less
 than training on each domain in turn), Co2L - finetune 1.03 (0.63) (level). At 1,200 digits per domain
 (``--config.data.train_per_class=120``, seeds 0-2) SD onlycurrent − Co2L is -4.58 (0.06): no point measured has SD
-above Co2L, so this config is the point with five seeds. The paper (60,000
-digits per domain, the published head, last angle, memory 200): SD 98.80, Co2L 97.90, GM 97.29.
+above Co2L, so this config is the point with five seeds. The paper (60,000 digits per domain, the published head,
+last angle, memory 200): SD 98.80, Co2L 97.90, GM 97.29.
 """
 
 from configs import rmnist

@@ -103,6 +103,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.train.batch_size % config.model.bn_groups:
     raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by model.bn_groups "
                       f"{config.model.bn_groups}")
+  if config.train.tail_multiple < 0 or config.train.batch_size % max(config.train.tail_multiple, 1):
+    raise ConfigError(f"train.tail_multiple must be 0 or divide train.batch_size {config.train.batch_size}, got "
+                      f"{config.train.tail_multiple}")
+  if config.train.tail_multiple and config.model.bn_groups > 1:
+    raise ConfigError("train.tail_multiple needs model.bn_groups=1: a narrower step would group its BatchNorm rows "
+                      "differently")
   if config.data.rotation_angles and len(config.data.rotation_angles) != config.data.num_tasks:
     raise ConfigError(f"data.rotation_angles has {len(config.data.rotation_angles)} angles for "
                       f"{config.data.num_tasks} tasks")
@@ -219,7 +225,7 @@ def _matters(key: str) -> bool:
 # Keys added after runs were recorded, with the value that reproduces those runs: at that
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
 LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
-              "lasp.subset": "searched",
+              "lasp.subset": "searched", "train.tail_multiple": 0,
               "eval.decay_epochs": []}  # flat() gives tuples as lists
 
 

@@ -88,6 +88,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.ird_temp_past = 0.01   # eta_2
   c.train.ird_weight = -1.0      # lambda; < 0 = published value for the method (1 co2l/gm, 5 sd/sd_gm)
   c.train.steps_per_call = 8     # steps per compiled call (a loop: compile time does not grow with it)
+  # 0: an epoch's short last step runs padded to the batch (no second program); m > 0: at its rows rounded up to
+  # a multiple of m (a second program; the same samples and augmentation, another float summation order)
+  c.train.tail_multiple = 0
   c.train.checkpoint_every_steps = 0  # 0: checkpoint at task boundaries only
 
   c.memory = ml_collections.ConfigDict()

@@ -27,7 +27,7 @@ from lasp_jax.train_state import task_lrs
 
 def train_task(learners, t: int, executor) -> None:
   """Task t's epochs for ``learners`` in lockstep: the same chunk loop, mid-epoch checkpoints and epoch ends."""
-  prog0, spc = learners[0].rs.progress, learners[0].config.train.steps_per_call
+  prog0 = learners[0].rs.progress
   bars = [r.progress_bar(t) for r in learners]
   every = learners[0].config.train.checkpoint_every_steps
   for e in range(prog0.epoch, learners[0].task_epochs(t)):
@@ -42,7 +42,8 @@ def train_task(learners, t: int, executor) -> None:
     lr_e = per_run[0][1]  # one schedule for every learner
     starts = [(time.perf_counter(), [steps.step_metrics(r.rs.progress.partial)]) for r in learners]
     for k in range(prog0.call, len(lr_e)):
-      ms = executor.execute(learners, [chunks[k] for chunks, _ in per_run], steps.pad_lrs(lr_e[k], spc))
+      chunk_k = [chunks[k] for chunks, _ in per_run]
+      ms = executor.execute(learners, chunk_k, steps.pad_lrs(lr_e[k], chunk_k[0].valid.shape[0]))
       for (_, outs), m in zip(starts, ms):
         outs.append(m)
       if every and k + 1 < len(lr_e) and steps.checkpoint_due(lr_e, k, every):
@@ -149,14 +150,18 @@ class Learner:
     """The epoch's chunks of batches ((steps_per_call, B) per field) and the lr of each real step.
 
     The last chunk's tail is padded with empty steps, which the compiled loop skips (steps.chunk_body): one
-    program for every chunk. The lrs stay the real steps' only (checkpoint_due counts them).
+    program for every chunk. ``train.tail_multiple`` > 0: the epoch's short last step is a chunk of its own at
+    its size (steps.split_tail). The lrs stay the real steps' only (checkpoint_due counts them).
     """
     c, spe, spc = self.config, plan["spe"], self.config.train.steps_per_call
     batches = epoch_batches(plan["pool"], c.train.batch_size, spc, np.random.default_rng(plan["shuffle"]),
                             take=plan["per_epoch"])
     lrs = plan["lrs"].astype(np.float32)
-    return ([Batch(*[f[k] for f in batches]) for k in range(len(batches.index))],
-            [lrs[a:a + spc] for a in range(0, spe, spc)])
+    chunks = [Batch(*[f[k] for f in batches]) for k in range(len(batches.index))]
+    lr_chunks = [lrs[a:a + spc] for a in range(0, spe, spc)]
+    if c.train.tail_multiple:
+      return steps.split_tail(chunks, lr_chunks, c.train.tail_multiple)
+    return chunks, lr_chunks
 
   def save_mid_epoch(self, t: int, e: int, k: int, outs) -> None:
     """A checkpoint after chunk k of epoch e, with the epoch's metrics so far."""
@@ -180,7 +185,8 @@ class Learner:
     tc = self.config.train
     refs = health.reference_values(chunks, temperature=tc.temperature, base_temperature=tc.base_temperature)
     self.rs.curves.append({"task": t, "epoch": e + 1, **means, "lr": lr, **refs})
-    self.rs.pass_log.append({"task": t, "epoch": e, "step": self.rs.steps_done, "steps": plan["spe"]})
+    self.rs.pass_log.append({"task": t, "epoch": e, "step": self.rs.steps_done, "steps": plan["spe"],
+                             "rows": plan["per_epoch"]})
     self.rs.steps_done += plan["spe"]
     self.rs.segment.epoch += 1
     p = self.rs.progress

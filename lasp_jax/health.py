@@ -72,10 +72,9 @@ def ird_uniform_value(*, num_valid) -> float:
 
 def reference_values(chunks, *, temperature: float, base_temperature: float) -> dict:
   """An epoch's degenerate reference values from its batches (each with (steps, B) ``valid``/``is_current``)."""
-  valid = np.concatenate([np.asarray(b.valid) for b in chunks])
-  current = np.concatenate([np.asarray(b.is_current) for b in chunks]) & valid
-  n = valid.sum(-1)
-  return {"supcon_const": supcon_constant_value(num_valid=n, num_current=current.sum(-1), temperature=temperature,
+  n = np.concatenate([np.asarray(b.valid).sum(-1) for b in chunks])  # a tail chunk may be narrower
+  current = np.concatenate([(np.asarray(b.is_current) & np.asarray(b.valid)).sum(-1) for b in chunks])
+  return {"supcon_const": supcon_constant_value(num_valid=n, num_current=current, temperature=temperature,
                                                 base_temperature=base_temperature),
           "ird_uniform": ird_uniform_value(num_valid=n)}
 

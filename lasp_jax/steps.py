@@ -36,6 +36,7 @@ class LossConfig:
   selective: bool          # SD: IRD on the salient subset
   past_bn: str             # "batch" (train-mode stats) or "running" (eval mode)
   domain_classes: int      # >0: SupCon label = label + domain_classes * tag of the sample's slot
+  batch_size: int = 0      # the rows a step's augmentation draws for: a short tail step draws its rows' own
 
 
 def loss_config(config, stream) -> LossConfig:
@@ -44,7 +45,7 @@ def loss_config(config, stream) -> LossConfig:
   return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
                     temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
                     selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
-                    domain_classes=stream.contrastive_offset)
+                    domain_classes=stream.contrastive_offset, batch_size=t.batch_size)
 
 
 class PastModel(NamedTuple):
@@ -113,7 +114,7 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
                *, model, tx, aug_cfg, cfg: LossConfig):
   """One SGD step; returns the new state and its METRICS."""
   key = jax.random.fold_in(state.rng, state.step)
-  views = augment.two_views(key, data.images[batch.index], data.angles[batch.domain], aug_cfg)
+  views = augment.two_views(key, data.images[batch.index], data.angles[batch.domain], aug_cfg, rows=cfg.batch_size)
   # Without the barrier XLA:CPU fuses the augmentation into the conv inputs and
   # recomputes it per use: 6x slower steps on the R-MNIST net (measured).
   views = jax.lax.optimization_barrier(views)
@@ -194,6 +195,27 @@ def epoch_batches(pool: Batch, batch_size: int, steps_per_call: int, rng: np.ran
   valid[:n] = True
   out[3] = valid.reshape(calls, steps_per_call, batch_size)
   return Batch(*out)
+
+
+def split_tail(chunks: list, lrs: list, multiple: int) -> tuple[list, list]:
+  """An epoch's chunks (``Batch`` of (S, B) per field) and lrs with its short last step taken out into a chunk
+  of its own, its valid rows padded to a multiple of ``multiple`` instead of to B.
+
+  The same samples in the same step: the rows it drops are padding, and the step draws its augmentation
+  for B rows (LossConfig.batch_size). A second program, and another float summation order in that step.
+  """
+  last = chunks[-1]
+  j = int(np.sum(np.any(last.valid, axis=-1))) - 1  # the epoch's last step (empty steps only pad a chunk's end)
+  rows = -(-int(np.sum(last.valid[j])) // multiple) * multiple
+  if rows >= last.valid.shape[1]:
+    return chunks, lrs
+  tail = Batch(*[np.asarray(f)[j:j + 1, :rows] for f in last])
+  valid = np.array(last.valid)
+  valid[j] = False
+  head_chunks, head_lrs = chunks[:-1], lrs[:-1]
+  if j:
+    head_chunks, head_lrs = head_chunks + [last._replace(valid=valid)], head_lrs + [lrs[-1][:-1]]
+  return head_chunks + [tail], head_lrs + [lrs[-1][-1:]]
 
 
 def num_steps(pool_size: int, batch_size: int) -> int:

@@ -79,9 +79,10 @@ class ContinualRun(epochs.Learner):
     self.dataset, self.stream = streams.load(config)
     self.parts = Parts.build(config, self.stream)
     self.mesh = data_mesh(devices)
-    if config.train.batch_size % self.mesh.size:
-      raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by the "
-                        f"{self.mesh.size} devices of the data mesh")
+    for key in ("batch_size", "tail_multiple"):
+      if config.train[key] % self.mesh.size:
+        raise ConfigError(f"train.{key} {config.train[key]} is not divisible by the {self.mesh.size} devices of the "
+                          f"data mesh")
     self.replicated = NamedSharding(self.mesh, P())
     self.batch_sharding = NamedSharding(self.mesh, P(None, "data"))
     s, put = self.stream, lambda x, dtype=None: jax.device_put(np.asarray(x, dtype), self.replicated)

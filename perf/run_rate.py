@@ -5,8 +5,11 @@
 Trains the config once (its compiled programs come from the persistent cache when they are there), then times
 the same compiled chunk alone on a full chunk of task 0's data, without a past model (task 0's steps) and with
 one (a distilling method's later steps), and prints: the run's steps per second of ``train_s``, its steps' own
-rate (each pass's steps at its chunk's rate), their ratio, and ``results.json["timing"]`` (compile, the host work
-around each epoch, checkpoints, boundaries, probe). One run, one machine: figures to compare, not to assert.
+rate (each pass's steps at its chunk's rate), their ratio; the run's samples per second (the epochs' real rows,
+padding not counted) against its full steps' (a batch of real rows per step), their ratio; and
+``results.json["timing"]`` (compile, the host work around each epoch, checkpoints, boundaries, probe). One run,
+one machine: figures to compare, not to assert. ``--config.train.tail_multiple=32``: short last steps at their
+rows instead of padded to the batch.
 """
 
 from __future__ import annotations
@@ -68,6 +71,8 @@ def main(argv):
   steps_s = sum(p["steps"] * alone[p["task"] > 0] for p in run.rs.pass_log)
   step_s = steps_s / steps_done
   run_rate = steps_done / timing["train_s"]
+  rows = sum(p["rows"] for p in run.rs.pass_log)
+  sample_rate, full_rate = rows / timing["train_s"], config.train.batch_size / step_s
   warm_rate = steps_done / (timing["train_s"] - timing.get("train_compile_s", 0.0))
   overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]
   out = {"config": _CONFIG.value.get("dataset"), "overrides": overrides, "steps": steps_done,
@@ -75,13 +80,17 @@ def main(argv):
          "chunk_steps_per_s": round(1 / step_s, 3),
          "chunk_s_per_step": {"task_0": round(alone[False], 4), "later_tasks": round(alone[True], 4)},
          "ratio": round(run_rate * step_s, 3),
-         "ratio_without_compile": round(warm_rate * step_s, 3), "timing": timing,
+         "ratio_without_compile": round(warm_rate * step_s, 3), "rows": rows,
+         "run_samples_per_s": round(sample_rate, 1), "full_step_samples_per_s": round(full_rate, 1),
+         "samples_ratio": round(sample_rate / full_rate, 3), "timing": timing,
          "wall_time_s": res["wall_time_s"], "provenance": provenance.provenance()}
   print(f"{steps_done} steps of batch {config.train.batch_size}: the run trains {run_rate:.2f} steps/s of train_s "
         f"({timing['train_s']:.1f} s), its chunks alone {1 / step_s:.2f} steps/s "
         f"(task 0 {alone[False] * 1e3:.0f} ms a step, later tasks {alone[True] * 1e3:.0f} ms): "
         f"ratio {run_rate * step_s:.3f}; "
         f"{warm_rate * step_s:.3f} without the compilation inside train_s")
+  print(f"{rows} real rows in {steps_done * config.train.batch_size} step rows: the run trains {sample_rate:.0f} "
+        f"samples/s of train_s, its full steps {full_rate:.0f}: ratio {sample_rate / full_rate:.3f}")
   print("timing (s): " + ", ".join(f"{k} {v}" for k, v in timing.items()))
   if _OUT.value:
     write_json_atomic(_OUT.value, out)

@@ -1,5 +1,6 @@
 """End-to-end runs on the tiny config: results, methods, no recompiles, invariants."""
 
+import dataclasses
 import json
 import tempfile
 
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 
 from configs import cifar10
-from lasp_jax import checkpoint, lookahead, mask_search, modulation, probe, steps, train
+from lasp_jax import checkpoint, lookahead, mask_search, modulation, pools, probe, steps, train
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.train_state import make_optimizer, with_learning_rate
-from tests.conftest import placed_chunk, tiny_config, two_tasks
+from tests.conftest import placed_chunk, strip_timing, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
 pytestmark = [pytest.mark.xdist_group("train"), pytest.mark.trajectory]
@@ -230,6 +231,7 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
     ("memory.size", 3, "memory size 3 is impossible"),
     ("data.source", "idx", "data.source 'idx' does not apply to dataset 'mnist5k'"),
     ("data.train_per_class", -1, "data.train_per_class must be >= 0"),
+    ("train.tail_multiple", 24, "train.tail_multiple must be 0 or divide train.batch_size 64, got 24"),
 ])
 def test_bad_config_values(tmp_path, key, value, match):
   with pytest.raises(ConfigError, match=match):
@@ -301,6 +303,66 @@ def test_a_chunks_padded_tail_steps_do_not_run():
   np.testing.assert_array_equal(np.asarray(m4)[2:], 0.0)
   np.testing.assert_allclose(np.asarray(m4)[:2], m2, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), s4.params, s2.params)
+
+
+def test_the_short_last_step_becomes_a_chunk_of_its_rows(tmp_path):
+  """train.tail_multiple: the epoch's last step (750 digits in batches of 64: 46 rows) leaves its chunk for one
+  of 48 rows; every other step, the samples and the lrs stay as they were."""
+  run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5, "train.tail_multiple": 16}), tmp_path / "a")
+  plan = run.epoch_plan(0)
+  assert plan["per_epoch"] == 750 and plan["spe"] == 12
+  for spc, lens in ((5, [5, 5, 1, 1]), (1, [1] * 12)):  # the tail shares its chunk / is alone in it
+    r = train.ContinualRun(two_tasks(**{"train.steps_per_call": spc}), tmp_path / str(spc))
+    full, full_lrs = r.epoch_chunks(plan)
+    chunks, lrs = steps.split_tail(full, full_lrs, 16)
+    assert chunks[-1].index.shape == (1, 48) and int(chunks[-1].valid.sum()) == 46
+    assert [len(x) for x in lrs] == lens and [ch.valid.shape for ch in chunks[:-1]] == [(spc, 64)] * (len(lens) - 1)
+    np.testing.assert_array_equal(np.concatenate(lrs), np.concatenate(full_lrs))
+    rows = np.concatenate([ch.index[ch.valid] for ch in chunks])
+    np.testing.assert_array_equal(rows, np.concatenate([ch.index[ch.valid] for ch in full]))
+  assert steps.split_tail(full, full_lrs, 64) == (full, full_lrs)  # 46 rows round up to the batch: unchanged
+  assert run.epoch_chunks(plan)[0][-1].index.shape == (1, 48)
+
+
+def test_a_short_last_step_at_its_rows_equals_it_padded_to_the_batch():
+  """The tail step (46 rows in 48) against the same step padded to 64: the same augmentation (drawn for 64
+  rows), losses and update, up to float summation order. Drawing the tail's augmentation for its own 48 rows
+  instead moves the loss by 6e-2; the tail and padded steps differ by 4e-5."""
+  run, _, past = _step_setup("co2l")
+  pool = pools.training_pool(run.stream, run.memory, 0)
+  b = steps.epoch_batches(pool, 64, 1, np.random.default_rng(0))
+  last = steps.Batch(*[np.asarray(f[-1]) for f in b])
+  assert int(last.valid.sum()) == 46
+  d, lr = run.config.model.embedding_dim, steps.pad_lrs([0.05], 1)
+  start, outs = jax.tree.map(np.asarray, run.state.params), []
+  for rows in (64, 48):
+    chunk = jax.device_put(steps.Batch(*[f[:, :rows] for f in last]), run.batch_sharding)
+    outs.append(run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, jnp.ones(d, bool), run.data, chunk, lr))
+  (s64, m64), (s48, m48) = outs
+  np.testing.assert_allclose(m48, m64, rtol=1e-4)  # BatchNorm amplifies rounding in the gradient norm (2e-5)
+  flat = lambda s: np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree.leaves(s.params), jax.tree.leaves(start))])
+  u48, u64 = flat(s48), flat(s64)  # the updates
+  assert np.linalg.norm(u48 - u64) < 1e-3 * np.linalg.norm(u64)
+  cfg = dataclasses.replace(run.loss_cfg, batch_size=0)  # the tail's own 48 rows of uniforms
+  own = steps.make_chunk_fn(run.model, run.tx, run.aug_cfg, cfg, compiler_options=run.compiler_options)
+  chunk = jax.device_put(steps.Batch(*[f[:, :48] for f in last]), run.batch_sharding)
+  _, m_own = own(jax.tree.map(jnp.copy, run.state), past, jnp.ones(d, bool), run.data, chunk, lr)
+  assert abs(float(m_own[0, 0]) - float(m64[0, 0])) > 1e-2
+
+
+def test_a_run_with_tail_steps_interrupted_mid_epoch_resumes_exactly(tmp_path, monkeypatch):
+  """Tail steps (task 0: 46 rows in 48; task 1 with its memory: 22 in 32) in a run killed after step 10 of
+  task 0's first epoch: resumed from that mid-epoch checkpoint, it equals the uninterrupted run."""
+  config = two_tasks(**{"train.tail_multiple": 16, "train.checkpoint_every_steps": 5, "eval.raw_pixels": False})
+  want = train.ContinualRun(config, tmp_path / "ref").run()
+  monkeypatch.setenv("LASP_FAULT_MODE", "raise")
+  monkeypatch.setenv("LASP_FAULT", "step:0:0:10")
+  with pytest.raises(checkpoint.FaultInjected):
+    train.ContinualRun(config, tmp_path / "resumed").run()
+  monkeypatch.delenv("LASP_FAULT")
+  got = train.ContinualRun(config, tmp_path / "resumed").run()
+  assert strip_timing(got) == strip_timing(want)
+  assert [c["task"] for c in want["curves"]] == [0, 0, 1] and all(np.isfinite(c["loss"]) for c in want["curves"])
 
 
 def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():

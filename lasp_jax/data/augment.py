@@ -229,17 +229,20 @@ def augment_one(u, img, angle, cfg: AugmentConfig):
   return normalize(img, cfg)
 
 
-def _views(key, images_u8, angles, cfg: AugmentConfig, num_views: int):
+def _views(key, images_u8, angles, cfg: AugmentConfig, num_views: int, rows: int = 0):
   b = images_u8.shape[0]
-  u = jax.random.uniform(key, (num_views, b, NUM_UNIFORMS))
+  u = jax.random.uniform(key, (num_views, max(b, rows), NUM_UNIFORMS))
+  if rows > b:  # a batch's first b rows: each row's uniforms whatever rows past b the batch holds
+    u = u[:, :b]
   imgs = to_float(images_u8)
   one = jax.vmap(lambda uu, x, a: augment_one(uu, x, a, cfg))
   return jnp.concatenate([one(u[v], imgs, angles) for v in range(num_views)])
 
 
-def two_views(key, images_u8, angles, cfg: AugmentConfig):
-  """(2B, S, S, C) float views, view-major, of a uint8 batch (B, H, W, C)."""
-  return _views(key, images_u8, angles, cfg, 2)
+def two_views(key, images_u8, angles, cfg: AugmentConfig, rows: int = 0):
+  """(2B, S, S, C) float views, view-major, of a uint8 batch (B, H, W, C); ``rows`` > B: the uniforms
+  drawn for a batch of ``rows``, its first B used (a short step augments as its padded self would)."""
+  return _views(key, images_u8, angles, cfg, 2, rows)
 
 
 def one_view(key, images_u8, angles, cfg: AugmentConfig):

@@ -1,0 +1,124 @@
+"""Per-layer roofline of the race's train step: each matmul and convolution of its program, timed alone.
+
+    python -m perf.layer_roofline [--net=mnistnet|resnet18] [--batch=512] [--out=FILE.json]
+
+The step is the CPU race's (perf/cpu_race.py: current model forward and backward, past model forward, two views,
+SupCon + IRD, SGD). Every distinct ``dot_general`` and ``conv_general_dilated`` of its traced program runs alone,
+compiled with the step's XLA options, on random inputs of its shapes. For each: its FLOPs (perf/roofline.py's
+count), the bytes it must move at least (its inputs and its output once each), and its roofline bound,
+max(FLOPs / matmul rate, bytes / stream bandwidth), both rates measured in the same run. Printed: each op's
+time, GFLOP/s, share of the matmul rate and of its own bound; then the step's share of the matmul rate as it
+runs, and the share it would reach if every op ran at its bound (alone, and with the rest of the step as it is).
+One run, one machine: figures to compare, not to assert.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
+
+from lasp_jax import provenance, xla_cache
+from lasp_jax.checkpoint import write_json_atomic
+from perf import cpu_race, roofline
+
+_NET = flags.DEFINE_enum("net", "mnistnet", list(cpu_race.NETS), "The network of the step.")
+_BATCH = flags.DEFINE_integer("batch", 512, "Images per step (two views each).")
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per op; the median counts.")
+_OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
+
+_TIMED = ("dot_general", "conv_general_dilated")
+
+
+def matmul_ops(jaxpr) -> list:
+  """The step's matmuls and convolutions: (eqn, how often) per distinct primitive, shapes and params."""
+  found, first = collections.Counter(), {}
+
+  def walk(jp):
+    for eqn in getattr(jp, "jaxpr", jp).eqns:
+      for sub in roofline._sub_jaxprs(eqn.params):
+        walk(sub)
+      if eqn.primitive.name in _TIMED:
+        key = (eqn.primitive.name, tuple(v.aval.shape for v in eqn.invars), repr(sorted(eqn.params.items())))
+        found[key] += 1
+        first.setdefault(key, eqn)
+  walk(jaxpr)
+  return [(first[k], n) for k, n in found.items()]
+
+
+def median_seconds(fn, args, repeats: int) -> float:
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def stream_gbps(mb: int = 256, repeats: int = 5) -> float:
+  """Bytes per second of a streaming elementwise op (read once, write once) over ``mb`` MB."""
+  x = jnp.ones((mb * 2 ** 20 // 4,), jnp.float32)
+  f = jax.jit(lambda a: a * 1.5 + 0.5)
+  return 2 * x.nbytes / median_seconds(f, (x,), repeats) / 1e9
+
+
+def op_row(eqn, count: int, compiler_options, peak: float, bw: float, repeats: int) -> dict:
+  rng = np.random.default_rng(0)
+  args = [jnp.asarray(rng.standard_normal(v.aval.shape).astype(v.aval.dtype)) for v in eqn.invars]
+  fn = jax.jit(lambda *xs: eqn.primitive.bind(*xs, **eqn.params), compiler_options=compiler_options)
+  seconds = median_seconds(fn, args, repeats)
+  flop = roofline._eqn_flops(eqn)
+  nbytes = sum(a.nbytes for a in args) + sum(np.prod(v.aval.shape) * v.aval.dtype.itemsize for v in eqn.outvars)
+  bound = max(flop / (peak * 1e9), nbytes / (bw * 1e9))
+  return {"op": eqn.primitive.name, "shapes": " x ".join(str(tuple(v.aval.shape)) for v in eqn.invars),
+          "out": str(tuple(eqn.outvars[0].aval.shape)), "count": count, "gflop": flop / 1e9,
+          "mb": nbytes / 1e6, "flop_per_byte": flop / nbytes, "ms": seconds * 1e3,
+          "gflops": flop / seconds / 1e9, "of_peak": flop / seconds / 1e9 / peak, "bound_ms": bound * 1e3,
+          "of_bound": bound / seconds}
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)
+  xla_cache.enable()
+  net, batch = _NET.value, _BATCH.value
+  peak, bw = roofline.matmul_peak_gflops(), stream_gbps()
+  run, chunk, mask, lrs, past = cpu_race.race_chunk(net, batch, 1)
+  ops = matmul_ops(run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs).jaxpr)
+  rows = sorted((op_row(e, n, run.compiler_options, peak, bw, _REPEATS.value) for e, n in ops),
+                key=lambda r: -r["ms"] * r["count"])
+  step_s = cpu_race.jax_step_seconds(net, batch, 1, _REPEATS.value)
+  useful = cpu_race.step_gflop(net, batch)  # the arithmetic the step needs (XLA's own gradients' FLOPs)
+  ops_ms = sum(r["ms"] * r["count"] for r in rows)
+  bound_ms = sum(r["bound_ms"] * r["count"] for r in rows)
+  rest_ms = max(step_s * 1e3 - ops_ms, 0.0)
+  ideal = useful / peak * 1e3  # ms at the matmul rate
+  summary = {"net": net, "batch": batch, "matmul_gflops": peak, "stream_gbps": bw, "step_ms": step_s * 1e3,
+             "useful_gflop": useful, "ops_ms": ops_ms, "rest_ms": rest_ms, "ops_bound_ms": bound_ms,
+             "share_now": ideal / (step_s * 1e3), "share_ops_at_bound": ideal / bound_ms,
+             "share_ops_at_bound_rest_as_is": ideal / (bound_ms + rest_ms)}
+  print(f"{net}, batch {batch} (two views): matmul rate {peak:.1f} GFLOP/s, stream {bw:.1f} GB/s")
+  print(f"{'op':<22}{'count':>6}{'GFLOP':>8}{'MB':>8}{'FLOP/B':>8}{'ms':>9}{'GFLOP/s':>9}{'of rate':>9}"
+        f"{'bound ms':>10}{'of bound':>9}  shapes -> out")
+  for r in rows:
+    print(f"{r['op']:<22}{r['count']:>6}{r['gflop']:>8.3f}{r['mb']:>8.1f}{r['flop_per_byte']:>8.1f}{r['ms']:>9.2f}"
+          f"{r['gflops']:>9.1f}{r['of_peak']:>9.0%}{r['bound_ms']:>10.2f}{r['of_bound']:>9.0%}  "
+          f"{r['shapes']} -> {r['out']}")
+  print(f"step {summary['step_ms']:.1f} ms: its matmuls and convolutions alone {ops_ms:.1f} ms (at their bounds "
+        f"{bound_ms:.1f}), the rest {rest_ms:.1f} ms; {useful:.2f} GFLOP needed = {ideal:.1f} ms at the matmul rate")
+  print(f"share of the matmul rate: now {summary['share_now']:.0%}; every op at its bound and nothing else "
+        f"{summary['share_ops_at_bound']:.0%}; every op at its bound, the rest as it is "
+        f"{summary['share_ops_at_bound_rest_as_is']:.0%}")
+  if _OUT.value:
+    write_json_atomic(_OUT.value, {"summary": summary, "ops": rows, "provenance": provenance.provenance()})
+
+
+if __name__ == "__main__":
+  sys.exit(app.run(main))

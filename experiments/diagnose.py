@@ -25,7 +25,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import evaluate, host_memory, probe, train, xla_cache
+from lasp_jax import evaluate, probe, train, xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration.", lock_config=True)
 _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
@@ -43,7 +43,6 @@ def readouts(run, t: int, variables) -> dict:
 
 def main(argv):
   del argv
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable("~/.cache/lasp_jax/xla")
   config = _CONFIG.value
   config.progress = False

@@ -431,9 +431,8 @@ def main(argv):
   if FLAGS.seeds < 1 or FLAGS.first_seed < 0:
     print("error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import host_memory, xla_cache  # noqa: PLC0415  (jax after the flags are checked)
+  from lasp_jax import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)
   out.mkdir(parents=True, exist_ok=True)

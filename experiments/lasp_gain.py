@@ -33,7 +33,7 @@ from absl import app, flags, logging
 
 from configs import mnist5k, rmnist
 from experiments import aggregate, runner
-from lasp_jax import config_lib, evaluate, host_memory, probe, xla_cache
+from lasp_jax import config_lib, evaluate, probe, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -313,7 +313,6 @@ def main(argv):
           f"{', '.join(m[0].replace(' ', '_') for m in METHODS)}", file=sys.stderr)
     sys.exit(2)
   logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)
   out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ import optax
 from absl import app, flags, logging
 
 from experiments import aggregate, equal_heads
-from lasp_jax import config_lib, errors, health, host_memory, provenance, steps, train, xla_cache
+from lasp_jax import config_lib, errors, health, provenance, steps, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.data import augment
 
@@ -204,7 +204,6 @@ def main(argv):
     print(f"error: unknown --parts {', '.join(bad)}; expected some of a, b", file=sys.stderr)
     sys.exit(2)
   logging.set_verbosity(logging.ERROR)
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)
   out.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from absl import app, flags, logging
 
 from configs import rmnist
 from experiments import aggregate
-from lasp_jax import config_lib, host_memory, train, xla_cache
+from lasp_jax import config_lib, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -108,7 +108,6 @@ def _total(side: dict):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable(FLAGS.compile_cache)
   published = published_records()
   out = pathlib.Path(FLAGS.out)

@@ -27,7 +27,7 @@ from absl import app, flags, logging
 
 from configs import cifar10, mnist5k, mnist5k_rot, rmnist, tiny, tinyimagenet
 from experiments import aggregate, plots, runner, subsets
-from lasp_jax import config_lib, host_memory, report, train, xla_cache
+from lasp_jax import config_lib, report, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -317,7 +317,6 @@ def run_experiment(name: str, scale: str, seeds: int, root: str, **grid) -> path
 
 def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax logs every checkpoint at INFO
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable(FLAGS.compile_cache)  # seeds and memory sizes share programs: compile once per grid
   names = list(EXPERIMENTS) if argv[1:] == ["all"] else argv[1:]
   unknown = [n for n in names if n not in EXPERIMENTS]

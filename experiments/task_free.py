@@ -20,7 +20,7 @@ import pathlib
 from absl import app, flags, logging
 
 from experiments import aggregate, lasp_gain, runner
-from lasp_jax import config_lib, health, host_memory, xla_cache
+from lasp_jax import config_lib, health, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -128,7 +128,6 @@ def collect(root: pathlib.Path, points, seeds: int, method: str, train: bool = T
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable("~/.cache/lasp_jax/xla")
   root = pathlib.Path(FLAGS.results)
   table, runs = collect(root, FLAGS.points, FLAGS.seeds, FLAGS.method)

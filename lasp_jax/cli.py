@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 
 from lasp_jax import baselines as baselines_lib
-from lasp_jax import host_memory, report, seeds, train, xla_cache
+from lasp_jax import report, seeds, train, xla_cache
 
 
 def run_command(config, workdir: str, *, baselines: bool = False, compile_cache: str = "") -> dict:
   """Trains ``config`` into ``workdir`` (``num_seeds`` > 1: every seed, WORKDIR/seed_<k>/), with finetune and joint
   in WORKDIR/baselines/ when ``baselines``; prints the summary or the comparison; returns {method: results}."""
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable(compile_cache)
   runs = {config.method: (config, workdir)}
   if baselines:

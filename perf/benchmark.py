@@ -27,18 +27,7 @@ import optax
 from absl import app, flags, logging
 
 from configs import cifar10, mnist5k
-from lasp_jax import (
-  config_lib,
-  cpu_kernels,
-  epochs,
-  host_memory,
-  losses,
-  mask_search,
-  provenance,
-  salience,
-  steps,
-  train,
-)
+from lasp_jax import config_lib, cpu_kernels, epochs, losses, mask_search, provenance, salience, steps, train
 from lasp_jax.checkpoint import write_json_atomic
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.data import augment
@@ -284,7 +273,6 @@ def _print_rows(rows):
 
 def main(argv):
   del argv
-  host_memory.keep_freed_memory()  # as the runs do: before JAX starts its threads
   logging.set_verbosity(logging.WARNING)
   only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task", "aug", "projection"}
   if "cpu_race" in only and not FLAGS.torch_python:  # before any section runs

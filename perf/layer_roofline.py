@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
-from lasp_jax import host_memory, provenance, xla_cache
+from lasp_jax import provenance, xla_cache
 from lasp_jax.checkpoint import write_json_atomic
 from perf import cpu_race, roofline
 
@@ -87,7 +87,6 @@ def op_row(eqn, count: int, compiler_options, peak: float, bw: float, repeats: i
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable()
   net, batch = _NET.value, _BATCH.value
   peak, bw = roofline.matmul_peak_gflops(), stream_gbps()

@@ -33,7 +33,6 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_
 import jax  # noqa: E402  (after XLA_FLAGS is set)
 from absl import app, flags  # noqa: E402  (after XLA_FLAGS is set)
 
-from lasp_jax import host_memory
 from perf import cpu_race  # noqa: E402  (after XLA_FLAGS is set)
 
 _NET = flags.DEFINE_enum("net", "resnet18", list(cpu_race.NETS), "Which race net.")
@@ -66,7 +65,6 @@ def op_times(trace_dir: str) -> tuple[collections.Counter, collections.Counter]:
 
 def main(argv):
   del argv
-  host_memory.keep_freed_memory()  # as the runs do: before JAX starts its threads
   call = cpu_race.chunk_call(_NET.value, _BATCH.value, _SPC.value)
   call()
   trace_dir = tempfile.mkdtemp()

@@ -15,7 +15,7 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, evaluate, host_memory, provenance, train, xla_cache
+from lasp_jax import config_lib, evaluate, provenance, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
@@ -31,7 +31,6 @@ def timed(fn, *args) -> tuple[float, object]:
 
 def main(argv):
   del argv
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable("~/.cache/lasp_jax/xla")
   config = config_lib.override(_CONFIG.value, progress=False, pictures=False)
   run = train.ContinualRun(config, tempfile.mkdtemp())

@@ -25,7 +25,7 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, host_memory, pools, provenance, steps, train, xla_cache
+from lasp_jax import config_lib, pools, provenance, steps, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
@@ -56,7 +56,6 @@ def chunk_seconds(run, repeats: int, with_past: bool) -> float:
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
-  host_memory.keep_freed_memory()  # before JAX starts its threads
   xla_cache.enable()
   config = _CONFIG.value  # with its --config.KEY=VALUE overrides
   config_lib.override(config, progress=False, pictures=False)

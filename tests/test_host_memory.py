@@ -7,12 +7,11 @@ import sys
 
 from tests.conftest import REPO
 
-# A fresh process: 64 MB malloc'd, written and freed three times; the minor page faults of each round. glibc's
+# A fresh process that imports lasp_jax: 64 MB malloc'd, written and freed three times; the minor page faults of each round. glibc's
 # defaults serve the block by mmap and unmap it on free (16,384 fresh 4 kB pages every round).
 PROGRAM = """
 import ctypes, json, resource
-from lasp_jax import host_memory
-kept = host_memory.keep_freed_memory()
+import lasp_jax  # sets it, unless LASP_KEEP_FREED_MEMORY=0
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
 faults = []
@@ -22,7 +21,7 @@ for _ in range(3):
   ctypes.memset(p, 1, 64 << 20)
   libc.free(p)
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps({"kept": kept, "faults": faults}))
+print(json.dumps({"kept": lasp_jax.host_memory.keep_freed_memory(), "faults": faults}))
 """
 
 

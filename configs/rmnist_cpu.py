@@ -12,7 +12,8 @@ trains worse), and the converged L-BFGS read-out after the last task. Point d600
 Runtime: 4-6 minutes a run on 2 cores (train 250-330 s for the tables below, Intel Xeon); 224 s now that freed
 memory is kept, 170 s with ``--config.train.tail_multiple=32``, each epoch's short last step at its 288 rows
 instead of 512 (BENCHMARKS.md; the tables were made without it: another float summation order, other digits).
-results/equal_heads (d600, centred head, Intel Xeon, 2026-11-28 and 29), per-angle / last-angle Domain-IL, mean (std) over seeds, flagged runs included:
+results/equal_heads (d600, centred head, Intel Xeon, 2026-11-28 and 29), per-angle / last-angle Domain-IL, mean
+(std) over seeds, flagged runs included:
 
 | method | seeds | per-angle | last-angle |
 |---|---|---|---|

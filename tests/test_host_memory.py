@@ -7,8 +7,8 @@ import sys
 
 from tests.conftest import REPO
 
-# A fresh process that imports lasp_jax: 64 MB malloc'd, written and freed three times; the minor page faults of each round. glibc's
-# defaults serve the block by mmap and unmap it on free (16,384 fresh 4 kB pages every round).
+# A fresh process that imports lasp_jax: 64 MB malloc'd, written and freed three times; the minor page faults of
+# each round. glibc's defaults serve the block by mmap and unmap it on free (16,384 fresh 4 kB pages every round).
 PROGRAM = """
 import ctypes, json, resource
 import lasp_jax  # sets it, unless LASP_KEEP_FREED_MEMORY=0

@@ -14,14 +14,8 @@ One run, one machine: figures to compare, not to assert.
 
 from __future__ import annotations
 
-import collections
-import statistics
 import sys
-import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from absl import app, flags, logging
 
 from lasp_jax import provenance, xla_cache
@@ -33,66 +27,15 @@ _BATCH = flags.DEFINE_integer("batch", 512, "Images per step (two views each).")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per op; the median counts.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
 
-_TIMED = ("dot_general", "conv_general_dilated")
-
-
-def matmul_ops(jaxpr) -> list:
-  """The step's matmuls and convolutions: (eqn, how often) per distinct primitive, shapes and params."""
-  found, first = collections.Counter(), {}
-
-  def walk(jp):
-    for eqn in getattr(jp, "jaxpr", jp).eqns:
-      for sub in roofline._sub_jaxprs(eqn.params):
-        walk(sub)
-      if eqn.primitive.name in _TIMED:
-        key = (eqn.primitive.name, tuple(v.aval.shape for v in eqn.invars), repr(sorted(eqn.params.items())))
-        found[key] += 1
-        first.setdefault(key, eqn)
-  walk(jaxpr)
-  return [(first[k], n) for k, n in found.items()]
-
-
-def median_seconds(fn, args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
-
-
-def stream_gbps(mb: int = 256, repeats: int = 5) -> float:
-  """Bytes per second of a streaming elementwise op (read once, write once) over ``mb`` MB."""
-  x = jnp.ones((mb * 2 ** 20 // 4,), jnp.float32)
-  f = jax.jit(lambda a: a * 1.5 + 0.5)
-  return 2 * x.nbytes / median_seconds(f, (x,), repeats) / 1e9
-
-
-def op_row(eqn, count: int, compiler_options, peak: float, bw: float, repeats: int) -> dict:
-  rng = np.random.default_rng(0)
-  args = [jnp.asarray(rng.standard_normal(v.aval.shape).astype(v.aval.dtype)) for v in eqn.invars]
-  fn = jax.jit(lambda *xs: eqn.primitive.bind(*xs, **eqn.params), compiler_options=compiler_options)
-  seconds = median_seconds(fn, args, repeats)
-  flop = roofline._eqn_flops(eqn)
-  nbytes = sum(a.nbytes for a in args) + sum(np.prod(v.aval.shape) * v.aval.dtype.itemsize for v in eqn.outvars)
-  bound = max(flop / (peak * 1e9), nbytes / (bw * 1e9))
-  return {"op": eqn.primitive.name, "shapes": " x ".join(str(tuple(v.aval.shape)) for v in eqn.invars),
-          "out": str(tuple(eqn.outvars[0].aval.shape)), "count": count, "gflop": flop / 1e9,
-          "mb": nbytes / 1e6, "flop_per_byte": flop / nbytes, "ms": seconds * 1e3,
-          "gflops": flop / seconds / 1e9, "of_peak": flop / seconds / 1e9 / peak, "bound_ms": bound * 1e3,
-          "of_bound": bound / seconds}
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable()
   net, batch = _NET.value, _BATCH.value
-  peak, bw = roofline.matmul_peak_gflops(), stream_gbps()
+  peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
   run, chunk, mask, lrs, past = cpu_race.race_chunk(net, batch, 1)
-  ops = matmul_ops(run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs).jaxpr)
-  rows = sorted((op_row(e, n, run.compiler_options, peak, bw, _REPEATS.value) for e, n in ops),
+  ops = roofline.matmul_ops(run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs).jaxpr)
+  rows = sorted((roofline.op_row(e, n, run.compiler_options, peak, bw, _REPEATS.value) for e, n in ops),
                 key=lambda r: -r["ms"] * r["count"])
   step_s = cpu_race.jax_step_seconds(net, batch, 1, _REPEATS.value)
   useful = cpu_race.step_gflop(net, batch)  # the arithmetic the step needs (XLA's own gradients' FLOPs)

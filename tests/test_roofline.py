@@ -75,14 +75,12 @@ def test_race_step_counts_each_part_once():
 def test_layer_roofline_finds_each_distinct_op_once_with_its_count_and_bound():
   """Two equal dots inside a loop body and one other: two rows, counts 2 and 1; a row's FLOPs, bytes and bound by
   hand (a 3x4 by 4x5 dot: 120 FLOPs; 12 + 20 + 15 floats moved)."""
-  from perf import layer_roofline  # noqa: PLC0415  (absl flags defined once, only where needed)
-
   def f(a, b, c):
     body = lambda i, x: x + jnp.dot(a, b) + jnp.dot(a, b)
     return jax.lax.fori_loop(0, 3, body, jnp.zeros((3, 5))) @ c
-  ops = layer_roofline.matmul_ops(jax.make_jaxpr(f)(jnp.ones((3, 4)), jnp.ones((4, 5)), jnp.ones((5, 2))))
+  ops = roofline.matmul_ops(jax.make_jaxpr(f)(jnp.ones((3, 4)), jnp.ones((4, 5)), jnp.ones((5, 2))))
   assert sorted(n for _, n in ops) == [1, 2]
   eqn = next(e for e, n in ops if n == 2)
-  row = layer_roofline.op_row(eqn, 2, None, peak=1e-6, bw=1e-6, repeats=1)  # 1 kFLOP/s, 1 kB/s
+  row = roofline.op_row(eqn, 2, None, peak=1e-6, bw=1e-6, repeats=1)  # 1 kFLOP/s, 1 kB/s
   assert row["gflop"] * 1e9 == pytest.approx(120) and row["mb"] * 1e6 == pytest.approx(4 * (12 + 20 + 15))
   assert row["bound_ms"] == pytest.approx(max(120 / 1e3, 188 / 1e3) * 1e3)

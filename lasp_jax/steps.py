@@ -36,7 +36,7 @@ class LossConfig:
   selective: bool          # SD: IRD on the salient subset
   past_bn: str             # "batch" (train-mode stats) or "running" (eval mode)
   domain_classes: int      # >0: SupCon label = label + domain_classes * tag of the sample's slot
-  batch_size: int = 0      # the rows a step's augmentation draws for: a short tail step draws its rows' own
+  batch_size: int = 0      # the rows a step's augmentation draws for: a short tail step draws as its padded self
 
 
 def loss_config(config, stream) -> LossConfig:
@@ -210,10 +210,10 @@ def split_tail(chunks: list, lrs: list, multiple: int) -> tuple[list, list]:
   if rows >= last.valid.shape[1]:
     return chunks, lrs
   tail = Batch(*[np.asarray(f)[j:j + 1, :rows] for f in last])
-  valid = np.array(last.valid)
-  valid[j] = False
   head_chunks, head_lrs = chunks[:-1], lrs[:-1]
-  if j:
+  if j:  # the last chunk keeps its other steps; the tail's step there becomes padding, which does not run
+    valid = np.array(last.valid)
+    valid[j] = False
     head_chunks, head_lrs = head_chunks + [last._replace(valid=valid)], head_lrs + [lrs[-1][:-1]]
   return head_chunks + [tail], head_lrs + [lrs[-1][-1:]]
 

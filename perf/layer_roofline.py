@@ -27,6 +27,7 @@ _BATCH = flags.DEFINE_integer("batch", 512, "Images per step (two views each).")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per op; the median counts.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
 
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)

@@ -11,9 +11,7 @@ with and without a past model is the past model's forward and IRD.
 
 from __future__ import annotations
 
-import statistics
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,19 +21,14 @@ from ml_collections import config_flags
 
 from lasp_jax import pools, steps, train
 from lasp_jax.data import augment
+from perf import roofline
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/mnist5k.py", "Run configuration.", lock_config=True)
 _REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per part.")
 
 
 def median_ms(fn, repeats: int) -> float:
-  jax.block_until_ready(fn())
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn())
-    times.append(time.perf_counter() - t)
-  return 1000 * statistics.median(times)
+  return 1000 * roofline.median_seconds(fn, (), repeats)
 
 
 def main(argv):

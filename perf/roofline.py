@@ -114,6 +114,7 @@ def matmul_ops(jaxpr) -> list:
 
 
 def median_seconds(fn, args, repeats: int) -> float:
+  """The median wall seconds of ``fn(*args)`` over ``repeats`` calls after one that compiles."""
   jax.block_until_ready(fn(*args))
   times = []
   for _ in range(repeats):
@@ -131,6 +132,8 @@ def stream_gbps(mb: int = 256, repeats: int = 5) -> float:
 
 
 def op_row(eqn, count: int, compiler_options, peak: float, bw: float, repeats: int) -> dict:
+  """One op timed alone on random inputs of its shapes, with its FLOPs, least bytes moved and roofline bound
+  (``peak`` GFLOP/s, ``bw`` GB/s)."""
   rng = np.random.default_rng(0)
   args = [jnp.asarray(rng.standard_normal(v.aval.shape).astype(v.aval.dtype)) for v in eqn.invars]
   fn = jax.jit(lambda *xs: eqn.primitive.bind(*xs, **eqn.params), compiler_options=compiler_options)

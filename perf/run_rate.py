@@ -89,7 +89,8 @@ def main(argv):
         f"(task 0 {alone[False] * 1e3:.0f} ms a step, later tasks {alone[True] * 1e3:.0f} ms): "
         f"ratio {run_rate * step_s:.3f}; "
         f"{warm_rate * step_s:.3f} without the compilation inside train_s")
-  print(f"{rows} real rows in {steps_done * config.train.batch_size} step rows: the run trains {sample_rate:.0f} "
+  print(f"{rows} real rows ({steps_done} steps of {config.train.batch_size} would hold "
+        f"{steps_done * config.train.batch_size}): the run trains {sample_rate:.0f} "
         f"samples/s of train_s, its full steps {full_rate:.0f}: ratio {sample_rate / full_rate:.3f}")
   print("timing (s): " + ", ".join(f"{k} {v}" for k, v in timing.items()))
   if _OUT.value:

@@ -160,7 +160,8 @@ class ResNet(nn.Module):
 def max_pool_2x2(x):
   """2x2 / stride-2 max pooling of an NHWC map with even height and width.
 
-  Same values and gradient as ``nn.max_pool(x, (2, 2), (2, 2))``. The forward is the max of
+  Same values as ``nn.max_pool(x, (2, 2), (2, 2))``, and its gradient wherever a window has one
+  maximum (at a tie the inputs share it, see ``_pool_bwd``). The forward is the max of
   the window's four strided slices, an elementwise loop that XLA:CPU runs 4-5x faster than the
   reduce over a (2, 2) window of the same map (R-MNIST's 1,024 x 24 x 24 x 20 conv1 output);
   the gradient is JAX's own for that reduce (``_pool_bwd``), an elementwise mask instead of

@@ -33,7 +33,7 @@ from lasp_jax.conv import conv_for_backend
 from lasp_jax.data import augment
 from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
 from lasp_jax.pools import training_pool
-from perf import cpu_race
+from perf import cpu_race, roofline
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small shapes (CPU smoke run).")
@@ -50,15 +50,7 @@ flags.DEFINE_enum("conv", "auto", list(cpu_kernels.CONV_BACKWARD), "Convolution 
 
 def timed(fn, *args, repeats=3):
   """(compile+first run seconds, median seconds of the next runs)."""
-  t = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  first = time.perf_counter() - t
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t)
-  return first, float(np.median(times))
+  return roofline.first_and_median_seconds(fn, args, repeats)
 
 
 def resnet_kernels() -> cpu_kernels.CpuKernels:

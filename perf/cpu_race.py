@@ -19,11 +19,9 @@ would have against the faster PyTorch variant.
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -86,13 +84,7 @@ def chunk_call(net: str, batch: int, steps_per_call: int, **overrides):
 def jax_step_seconds(net: str, batch: int, steps_per_call: int, repeats: int, **overrides) -> float:
   """Median seconds of one compiled train step with the past model (IRD), augmentation included."""
   call = chunk_call(net, batch, steps_per_call, **overrides)
-  call()
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    call()
-    times.append(time.perf_counter() - t)
-  return statistics.median(times) / steps_per_call
+  return roofline.median_seconds(call, (), repeats) / steps_per_call
 
 
 def step_gflop(net: str, batch: int) -> float:

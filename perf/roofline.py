@@ -113,15 +113,22 @@ def matmul_ops(jaxpr) -> list:
   return [(first[k], n) for k, n in found.items()]
 
 
-def median_seconds(fn, args, repeats: int) -> float:
-  """The median wall seconds of ``fn(*args)`` over ``repeats`` calls after one that compiles."""
+def first_and_median_seconds(fn, args, repeats: int) -> tuple[float, float]:
+  """Wall seconds of the first call of ``fn(*args)`` (compiling) and the median of the next ``repeats``."""
+  t = time.perf_counter()
   jax.block_until_ready(fn(*args))
+  first = time.perf_counter() - t
   times = []
   for _ in range(repeats):
     t = time.perf_counter()
     jax.block_until_ready(fn(*args))
     times.append(time.perf_counter() - t)
-  return statistics.median(times)
+  return first, statistics.median(times)
+
+
+def median_seconds(fn, args, repeats: int) -> float:
+  """The median wall seconds of ``fn(*args)`` over ``repeats`` calls after one that compiles."""
+  return first_and_median_seconds(fn, args, repeats)[1]
 
 
 def stream_gbps(mb: int = 256, repeats: int = 5) -> float:

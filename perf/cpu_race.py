@@ -73,8 +73,11 @@ def race_chunk(net: str, batch: int, steps_per_call: int, **overrides):
 
 def chunk_call(net: str, batch: int, steps_per_call: int, **overrides):
   """A no-argument function that runs one compiled chunk with the past model (IRD) and waits for it."""
-  run, chunk, mask, lrs, past = race_chunk(net, batch, steps_per_call, **overrides)
+  return call_of(*race_chunk(net, batch, steps_per_call, **overrides))
 
+
+def call_of(run, chunk, mask, lrs, past):
+  """``chunk_call``'s function for a race chunk already built (``race_chunk``'s five values)."""
   def call():
     run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)  # the state is donated
     jax.block_until_ready(m)

@@ -34,11 +34,12 @@ def main(argv):
   xla_cache.enable()
   net, batch = _NET.value, _BATCH.value
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
-  run, chunk, mask, lrs, past = cpu_race.race_chunk(net, batch, 1)
+  race = cpu_race.race_chunk(net, batch, 1)
+  run, chunk, mask, lrs, past = race
   ops = roofline.matmul_ops(run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs).jaxpr)
   rows = sorted((roofline.op_row(e, n, run.compiler_options, peak, bw, _REPEATS.value) for e, n in ops),
                 key=lambda r: -r["ms"] * r["count"])
-  step_s = cpu_race.jax_step_seconds(net, batch, 1, _REPEATS.value)
+  step_s = roofline.median_seconds(cpu_race.call_of(*race), (), _REPEATS.value)
   useful = cpu_race.step_gflop(net, batch)  # the arithmetic the step needs (XLA's own gradients' FLOPs)
   ops_ms = sum(r["ms"] * r["count"] for r in rows)
   bound_ms = sum(r["bound_ms"] * r["count"] for r in rows)

@@ -378,17 +378,21 @@ def curve(rows, path) -> None:
   for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
     ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=f"C{MAIN.index(label)}", mfc="none", ms=8,
             label=f"{label}, published head, paper scale (H200, 1 seed)")
-  raw = aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"].startswith("d"))[0]
-  if raw is not None:
-    ax.axhline(raw, ls=":", color="grey", label=f"raw pixels, linear ({raw:.1f})")
+  raw = sorted((10 * p.per_class, aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"] == p.name)[0])
+               for p in POINTS if p.scenario == "domain")
+  raw = [(d, m) for d, m in raw if m is not None]
+  if raw:
+    ax.plot(*zip(*raw), ":", marker=".", color="grey", label="raw pixels, linear (each point's mean)")
   ax.set_xscale("log")
   ax.set(xlabel="digits per domain (20 domains, 100 + 19 × 20 epochs, per-epoch cosine)",
          ylabel="Domain-IL per-angle accuracy (%)",
          title="Rotated MNIST: mean ± std over seeds; hollow: the cell holds flagged runs (†k/n, included)")
   ax.title.set_fontsize(9)
   ax.legend(fontsize=6.5, loc="lower right", ncol=2)
-  commits = ", ".join(sorted({r["commit"] for r in rows if r["commit"] and r["point"].startswith("d")}))
-  fig.text(0.01, 0.005, f"python -m experiments.equal_heads · runs of {commits} · drawn "
+  domain = [r for r in rows if r["point"].startswith("d")]
+  commits = ", ".join(sorted({r["commit"] for r in domain if r["commit"]}))
+  cpus = "; ".join(sorted({r["cpu"] for r in domain if r.get("cpu")}))
+  fig.text(0.01, 0.005, f"python -m experiments.equal_heads · {cpus} · runs of {commits} · drawn "
                         f"{datetime.date.today().isoformat()}", fontsize=6, color="grey")
   fig.tight_layout(rect=(0, 0.02, 1, 1))
   fig.savefig(path, dpi=110)

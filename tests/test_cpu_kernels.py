@@ -12,7 +12,7 @@ from jax import lax
 
 from lasp_jax import cpu_kernels, steps, train
 from lasp_jax.conv import conv_for_backend
-from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2
+from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2, window_max_pool_2x2
 from tests.conftest import init, placed_chunk, randn, two_tasks
 
 RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")
@@ -97,8 +97,8 @@ def test_max_pool_2x2_matches_flax_values_and_gradient():
 def test_max_pool_2x2_ties_share_the_gradient_as_the_window_reduce_does():
   """Windows with 1-, 2-, 3- and 4-way ties: each tied input gets g / ties, bit for bit the reduce's gradient.
 
-  The shipped R-MNIST runs were made with the pool as ``reshape + max`` (a reduce); pairwise maxima's
-  own autodiff would give a three-way tie 1/4, 1/4, 1/2 instead.
+  The shipped R-MNIST runs were made with the pool as ``reshape + max`` (``window_max_pool_2x2``, a reduce, the
+  eval forward's form); pairwise maxima's own autodiff would give a three-way tie 1/4, 1/4, 1/2 instead.
   """
   windows = np.array([[5., 1., 2., 3.], [4., 4., 0., 1.], [7., 7., 7., 2.], [3., 3., 3., 3.]], np.float32)
   # (1, 2, 8, 1): window k occupies columns 2k, 2k + 1 of both rows, read row by row.
@@ -107,7 +107,7 @@ def test_max_pool_2x2_ties_share_the_gradient_as_the_window_reduce_does():
   dx = jax.vjp(max_pool_2x2, x)[1](g)[0]
   per_window = np.asarray(dx).reshape(2, 4, 2).transpose(1, 0, 2).reshape(4, 4)
   np.testing.assert_array_equal(per_window, [[3, 0, 0, 0], [3, 3, 0, 0], [3, 3, 3, 0], [3, 3, 3, 3]])
-  reduce_pool = lambda x: x.reshape(x.shape[0], x.shape[1] // 2, 2, x.shape[2] // 2, 2, x.shape[3]).max(axis=(2, 4))
+  reduce_pool = window_max_pool_2x2
   np.testing.assert_array_equal(max_pool_2x2(x), reduce_pool(x))
   np.testing.assert_array_equal(dx, jax.vjp(reduce_pool, x)[1](g)[0])
   ties = jnp.round(randn(4, 12, 12, 3))  # integer values: many ties of every kind

@@ -32,6 +32,14 @@ def test_mnist_net_shapes_and_unnormalized_head():
   assert not np.allclose(np.linalg.norm(z, axis=1), 1.0)
 
 
+def test_mnist_net_train_and_eval_forwards_agree():
+  """Without BatchNorm the two modes are one function; they pool in different orders and forms (models._relu_pool)."""
+  net = models.MnistNet(width=0.5)
+  x = rand(4, 28, 28, 1)
+  v = init(net, x, seed=2, train=False)
+  np.testing.assert_allclose(net.apply(v, x, train=True), net.apply(v, x, train=False), rtol=1e-5, atol=1e-6)
+
+
 def test_pytorch_equivalent_init_statistics():
   m = models.ContrastiveModel(models.ResNet(), models.ProjectionHead(512, 128))
   p = init(m, jnp.zeros((1, 32, 32, 3)), train=False)["params"]

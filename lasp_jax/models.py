@@ -165,8 +165,13 @@ def window_max_pool_2x2(x):
   on XLA:CPU. The form for the eval forward: with it XLA:CPU's YNNPACK runs the R-MNIST net's
   whole forward as one fused kernel, 2.5x faster than with ``max_pool_2x2``.
   """
+  return _windows(x).max(axis=(2, 4))
+
+
+def _windows(x):
+  """(N, H/2, 2, W/2, 2, C): each 2x2 window of an NHWC map along axes 2 and 4."""
   n, h, w, c = x.shape
-  return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+  return x.reshape(n, h // 2, 2, w // 2, 2, c)
 
 
 @jax.custom_vjp
@@ -193,8 +198,7 @@ def _pool_bwd(res, g):
   this keeps every gradient bit-identical to the reduce's.
   """
   x, y = res
-  n, h, w, c = x.shape
-  hit = (x.reshape(n, h // 2, 2, w // 2, 2, c) == y[:, :, None, :, None]).astype(g.dtype)
+  hit = (_windows(x) == y[:, :, None, :, None]).astype(g.dtype)
   share = g / hit.sum(axis=(2, 4))
   return ((hit * share[:, :, None, :, None]).reshape(x.shape),)
 

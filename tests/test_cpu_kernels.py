@@ -107,12 +107,11 @@ def test_max_pool_2x2_ties_share_the_gradient_as_the_window_reduce_does():
   dx = jax.vjp(max_pool_2x2, x)[1](g)[0]
   per_window = np.asarray(dx).reshape(2, 4, 2).transpose(1, 0, 2).reshape(4, 4)
   np.testing.assert_array_equal(per_window, [[3, 0, 0, 0], [3, 3, 0, 0], [3, 3, 3, 0], [3, 3, 3, 3]])
-  reduce_pool = window_max_pool_2x2
-  np.testing.assert_array_equal(max_pool_2x2(x), reduce_pool(x))
-  np.testing.assert_array_equal(dx, jax.vjp(reduce_pool, x)[1](g)[0])
+  np.testing.assert_array_equal(max_pool_2x2(x), window_max_pool_2x2(x))
+  np.testing.assert_array_equal(dx, jax.vjp(window_max_pool_2x2, x)[1](g)[0])
   ties = jnp.round(randn(4, 12, 12, 3))  # integer values: many ties of every kind
   gt = randn(4, 6, 6, 3)
-  np.testing.assert_array_equal(jax.vjp(max_pool_2x2, ties)[1](gt)[0], jax.vjp(reduce_pool, ties)[1](gt)[0])
+  np.testing.assert_array_equal(jax.vjp(max_pool_2x2, ties)[1](gt)[0], jax.vjp(window_max_pool_2x2, ties)[1](gt)[0])
 
 
 def test_train_chunk_has_only_canonical_convolutions():

@@ -98,11 +98,12 @@ def bound_rows(ns, count, costs: dict, steps_n: int, peak: float, bw: float) -> 
   return sorted(rows, key=lambda r: (-r["ms"], -r["bound_ms"]))
 
 
-def print_bounds(net: str, batch: int, call, run_args) -> None:
+def print_bounds(net: str, batch: int, race) -> None:
+  """``--bounds``: the race chunk's (``cpu_race.race_chunk``'s five values) instructions against their bounds."""
+  run, chunk, mask, lrs, past = race
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
-  wall, ns, count = traced(call, _CALLS.value, _SPC.value, per_instruction=True)
-  run = run_args[0]
-  costs = hlo_cost.costs(run.chunk_fn.lower(run.state, *run_args[1:]).compile().as_text())
+  wall, ns, count = traced(cpu_race.call_of(*race), _CALLS.value, _SPC.value, per_instruction=True)
+  costs = hlo_cost.costs(run.chunk_fn.lower(run.state, past, mask, run.data, chunk, lrs).compile().as_text())
   steps_n = _CALLS.value * _SPC.value
   rows = bound_rows(ns, count, costs, steps_n, peak, bw)
   useful_ms = cpu_race.step_gflop(net, batch) / peak * 1e3  # the step's arithmetic at the matmul rate
@@ -133,11 +134,9 @@ def print_bounds(net: str, batch: int, call, run_args) -> None:
 def main(argv):
   del argv
   race = cpu_race.race_chunk(_NET.value, _BATCH.value, _SPC.value)
-  run, chunk, mask, lrs, past = race
-  call = cpu_race.call_of(*race)
   if _BOUNDS.value:
-    return print_bounds(_NET.value, _BATCH.value, call, (run, past, mask, run.data, chunk, lrs))
-  wall, ns, count = traced(call, _CALLS.value, _SPC.value)
+    return print_bounds(_NET.value, _BATCH.value, race)
+  wall, ns, count = traced(cpu_race.call_of(*race), _CALLS.value, _SPC.value)
   steps_n = _CALLS.value * _SPC.value
   total = sum(ns.values()) / 1e6 / steps_n
   print(f"{_NET.value}, batch {_BATCH.value}: wall {1e3 * wall:.1f} ms per step; summed op time {total:.1f} ms "

@@ -4,7 +4,7 @@
 trace names: ``ynn_fusion.16``, ``add_divide_fusion``, ``conv_general_dilated.24``, ...) to its operands' and its
 output's bytes (each read or written once: the least an instruction can move) and the FLOPs of the dots and
 convolutions it runs (2 per multiply-add; a fusion counts those of its fused computation). Together with a measured
-matmul rate and stream bandwidth, that is each instruction's roofline bound (perf/step_bound.py).
+matmul rate and stream bandwidth, that is each instruction's roofline bound (``perf.profile_ops --bounds``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, 
 _ARRAY = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([\d,]*)\]")
 _INSTR = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (.*?) ([\w\-]+)\((.*?)\)(?:, (.*))?$")
 _HEADER = re.compile(r"^(?:ENTRY )?%([\w.\-]+) \((.*)\) -> .* \{$")
-_PARAM = re.compile(r"([\w.\-]+): ((?:\([^)]*\))|(?:\w+\[[\d,]*\]))")
 # Instructions that move no data of their own.
 _FREE = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id"}
 

@@ -106,16 +106,19 @@ def matmul_ops(jaxpr) -> list:
   return [(first[k], n) for k, n in found.items()]
 
 
-def first_and_median_seconds(fn, args, repeats: int) -> tuple[float, float]:
-  """Wall seconds of the first call of ``fn(*args)`` (compiling) and the median of the next ``repeats``."""
-  t = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  first = time.perf_counter() - t
+def _call_seconds(fn, args, repeats: int) -> tuple[float, list]:
+  """Wall seconds of the first call of ``fn(*args)`` (compiling) and of each of the next ``repeats``."""
   times = []
-  for _ in range(repeats):
+  for _ in range(repeats + 1):
     t = time.perf_counter()
     jax.block_until_ready(fn(*args))
     times.append(time.perf_counter() - t)
+  return times[0], times[1:]
+
+
+def first_and_median_seconds(fn, args, repeats: int) -> tuple[float, float]:
+  """Wall seconds of the first call of ``fn(*args)`` (compiling) and the median of the next ``repeats``."""
+  first, times = _call_seconds(fn, args, repeats)
   return first, statistics.median(times)
 
 
@@ -126,13 +129,7 @@ def median_seconds(fn, args, repeats: int) -> float:
 
 def best_seconds(fn, args, repeats: int) -> float:
   """The least wall seconds of ``fn(*args)`` over ``repeats`` calls after one that compiles."""
-  jax.block_until_ready(fn(*args))
-  best = float("inf")
-  for _ in range(repeats):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - t)
-  return best
+  return min(_call_seconds(fn, args, repeats)[1])
 
 
 def stream_gbps(mb: int = 256, repeats: int = 10) -> float:

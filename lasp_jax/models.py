@@ -206,7 +206,7 @@ def _pool_bwd(res, g):
 max_pool_2x2.defvjp(_pool_fwd, _pool_bwd)
 
 
-def _relu_pool(x, train: bool):
+def relu_pool(x, train: bool):
   """ReLU and 2x2 max-pool, in the order and form XLA:CPU runs fastest; the same values and gradients in all.
 
   Training: the ReLU first, so the pooled map is stored as is and the weight gradient's transpose of it is a
@@ -246,7 +246,7 @@ class MnistNet(nn.Module):
                   name=name)(x)
       if self.batch_norm:
         x = batch_norm(train, f"{name}_bn", self.dtype)(x, mask=bn_mask)
-      x = _relu_pool(x, train)
+      x = relu_pool(x, train)
     x = x.reshape(x.shape[0], -1)
     x = torch_dense(f, x.shape[-1], "fc", self.dtype)(x)
     if self.batch_norm:

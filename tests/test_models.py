@@ -33,7 +33,7 @@ def test_mnist_net_shapes_and_unnormalized_head():
 
 
 def test_mnist_net_train_and_eval_forwards_agree():
-  """Without BatchNorm the two modes are one function; they pool in different orders and forms (models._relu_pool)."""
+  """Without BatchNorm the two modes are one function; they pool in different orders and forms (models.relu_pool)."""
   net = models.MnistNet(width=0.5)
   x = rand(4, 28, 28, 1)
   v = init(net, x, seed=2, train=False)

@@ -1,0 +1,38 @@
+"""perf/layer_race.py: the R-MNIST race step split into its layers, each timed alone."""
+
+import jax
+import numpy as np
+import pytest
+
+from perf import cpu_race, layer_race, roofline
+
+
+def test_layers_compose_to_the_model_and_count_the_step_flops():
+  """conv1 -> conv2 -> fc -> head with the model's own params is the model's embedding, and the layers' FLOPs
+  (train and past parts, and the loss) with the views' add up to the whole step's count: nothing left out,
+  nothing twice."""
+  batch = 4
+  run, programs = layer_race.layer_programs(batch, plain=True)
+  fns = layer_race.layer_fns(run.config, "xla")
+  x = jax.random.uniform(jax.random.PRNGKey(0), (2 * batch, 28, 28, 1))
+  h = x
+  for name in ("conv1", "conv2", "fc", "head"):
+    fn, path, _ = fns[name]
+    h = fn(layer_race._params_at(run.state.params, path), h)
+  _, z = run.model.apply({"params": run.state.params}, x, train=True, mutable=["batch_stats"])[0]
+  np.testing.assert_allclose(h, z, rtol=1e-5, atol=1e-6)
+  counted = sum(roofline.jaxpr_flops(jax.make_jaxpr(fn)(*args)) for calls in programs.values() for fn, args in calls)
+  views = batch * 4 * 2 * 28 ** 3  # the augmentation's resampling matmuls (tests/test_roofline.py), not a layer's
+  assert counted + views == pytest.approx(cpu_race.step_gflop("mnistnet", batch) * 1e9, rel=1e-9)
+
+
+def test_summarize_hand_values():
+  """Each layer at the faster side; the three shares are the step's FLOPs at the matmul rate over each time."""
+  jax_rows = {n: {"gflop": 1.0, "ms": 10.0} for n in layer_race.LAYERS}
+  torch_ms = {"conv1": 5.0, "conv2": 20.0, "fc": 10.0, "head": 12.0, "loss": 1.0}
+  s = layer_race.summarize(jax_rows, torch_ms, step_ms=80.0, useful_gflop=5.0, peak=250.0)  # 20 ms at the rate
+  faster = {r["layer"]: r["faster"] for r in s["rows"]}
+  assert faster == {"conv1": "torch", "conv2": "lasp_jax", "fc": "lasp_jax", "head": "lasp_jax", "loss": "torch"}
+  assert s["layers_ms"] == 50.0 and s["best_ms"] == 36.0 and s["rest_ms"] == 30.0
+  assert (s["share_now"], s["share_layers"]) == (0.25, 0.4) and s["share_best"] == pytest.approx(20 / 36)
+  assert layer_race.summarize(jax_rows, {}, 80.0, 5.0, 250.0)["best_ms"] == 50.0  # no PyTorch side: ours

@@ -8,10 +8,12 @@ A layer's share of the step is its forward and backward on the current model (th
 conv1, whose input is the image) plus its forward on the past model (no gradient); the loss has no past part.
 Each layer runs alone, compiled with the step's XLA options and kernels, on random inputs of its shapes; the same
 layers run in PyTorch under ``PY`` (``perf/torch_layer_race.py``, after lasp_jax's timing, so neither shares the
-cores with the other). Printed per layer: its FLOPs, each side's time, the faster one; then the step's share of
-the matmul rate (measured in the same run) as it runs, as its layers add up alone, and with every layer at the
-faster of the two. That last figure is what this machine's kernels allow these layer shapes: if it is below a
-target, no choice between these two libraries' kernels meets it. One run, one machine: figures to compare.
+cores with the other). Printed per layer: its FLOPs, its roofline bound (each instruction of lasp_jax's compiled
+programs at max(FLOPs / matmul rate, least bytes / stream bandwidth), both measured in the same run), each side's
+time, the faster one and the rate it reaches; then the step's share of the matmul rate as it runs, as its layers
+add up alone, with every layer at the faster of the two, and with every lasp_jax layer at its bound. The third is
+what this machine's kernels allow these layer shapes: if it is below a target, no choice between these two
+libraries' kernels meets it. One run, one machine: figures to compare, not to assert.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from flax import linen as nn
 
 from lasp_jax import conv, cpu_kernels, losses, models, provenance, steps, xla_cache
 from lasp_jax.checkpoint import write_json_atomic
-from perf import cpu_race, roofline
+from perf import cpu_race, hlo_cost, roofline
 
 LAYERS = ("conv1", "conv2", "fc", "head", "loss")
 
@@ -96,18 +98,24 @@ def layer_programs(batch: int, plain: bool = False):
   return run, programs
 
 
-def jax_layers(batch: int, repeats: int) -> tuple[dict, float]:
-  """({layer: {gflop, ms}}, the whole step's ms), timed with the step's kernels and XLA options."""
+def bound_ms(costs: dict, peak: float, bw: float) -> float:
+  """A compiled program's roofline: each instruction at max(FLOPs / matmul rate, least bytes / stream bandwidth)."""
+  return sum(max(c.flops / peak, c.bytes / bw) for c in costs.values()) / 1e6
+
+
+def jax_layers(batch: int, repeats: int, peak: float, bw: float) -> tuple[dict, float]:
+  """({layer: {gflop, ms, bound_ms}}, the whole step's ms), timed with the step's kernels and XLA options."""
   run, programs = layer_programs(batch)
   _, counted = layer_programs(batch, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's count)
   out = {}
   for name in LAYERS:
-    ms = gflop = 0.0
+    row = {"gflop": 0.0, "ms": 0.0, "bound_ms": 0.0}
     for (fn, args), (plain, _) in zip(programs[name], counted[name]):
       compiled = jax.jit(fn).lower(*args).compile(compiler_options=run.compiler_options)
-      ms += roofline.median_seconds(compiled, args, repeats) * 1e3
-      gflop += roofline.jaxpr_flops(jax.make_jaxpr(plain)(*args)) / 1e9
-    out[name] = {"gflop": gflop, "ms": ms}
+      row["ms"] += roofline.median_seconds(compiled, args, repeats) * 1e3
+      row["bound_ms"] += bound_ms(hlo_cost.costs(compiled.as_text()), peak, bw)
+      row["gflop"] += roofline.jaxpr_flops(jax.make_jaxpr(plain)(*args)) / 1e9
+    out[name] = row
   step_ms = roofline.median_seconds(cpu_race.chunk_call("mnistnet", batch, 1), (), repeats) * 1e3
   return out, step_ms
 
@@ -126,26 +134,35 @@ def summarize(jax_rows: dict, torch_ms: dict, step_ms: float, useful_gflop: floa
   for name in LAYERS:
     ours, theirs = jax_rows[name]["ms"], torch_ms.get(name)
     best = ours if theirs is None else min(ours, theirs)
-    rows.append({"layer": name, "gflop": jax_rows[name]["gflop"], "jax_ms": ours, "torch_ms": theirs,
-                 "best_ms": best, "faster": "lasp_jax" if theirs is None or ours <= theirs else "torch"})
+    rows.append({"layer": name, "gflop": jax_rows[name]["gflop"], "bound_ms": jax_rows[name]["bound_ms"],
+                 "jax_ms": ours, "torch_ms": theirs, "best_ms": best,
+                 "faster": "lasp_jax" if theirs is None or ours <= theirs else "torch",
+                 "best_of_rate": jax_rows[name]["gflop"] / peak * 1e3 / best})
   ideal_ms = useful_gflop / peak * 1e3
   layers_ms, best_ms = sum(r["jax_ms"] for r in rows), sum(r["best_ms"] for r in rows)
+  bounds_ms = sum(r["bound_ms"] for r in rows)
   return {"rows": rows, "matmul_gflops": peak, "useful_gflop": useful_gflop, "step_ms": step_ms,
-          "layers_ms": layers_ms, "best_ms": best_ms, "rest_ms": step_ms - layers_ms,
+          "layers_ms": layers_ms, "best_ms": best_ms, "bounds_ms": bounds_ms, "rest_ms": step_ms - layers_ms,
           "share_now": ideal_ms / step_ms, "share_layers": ideal_ms / layers_ms,
-          "share_best": ideal_ms / best_ms}
+          "share_best": ideal_ms / best_ms, "share_bounds": ideal_ms / bounds_ms}
 
 
-def print_summary(s: dict, batch: int):
-  print(f"mnistnet, batch {batch} (two views): matmul rate {s['matmul_gflops']:.1f} GFLOP/s")
-  print(f"{'layer':<8}{'GFLOP':>8}{'lasp_jax ms':>13}{'PyTorch ms':>12}{'faster':>10}")
+def print_summary(s: dict, batch: int, bw: float):
+  print(f"mnistnet, batch {batch} (two views): matmul rate {s['matmul_gflops']:.1f} GFLOP/s, stream {bw:.1f} GB/s")
+  print(f"{'layer':<8}{'GFLOP':>8}{'bound ms':>10}{'lasp_jax ms':>13}{'PyTorch ms':>12}{'faster':>10}"
+        f"{'its rate':>10}")
   for r in s["rows"]:
     theirs = "-" if r["torch_ms"] is None else f"{r['torch_ms']:.2f}"
-    print(f"{r['layer']:<8}{r['gflop']:>8.3f}{r['jax_ms']:>13.2f}{theirs:>12}{r['faster']:>10}")
+    print(f"{r['layer']:<8}{r['gflop']:>8.3f}{r['bound_ms']:>10.2f}{r['jax_ms']:>13.2f}{theirs:>12}"
+          f"{r['faster']:>10}{r['best_of_rate']:>10.0%}")
   print(f"step {s['step_ms']:.1f} ms; its layers alone {s['layers_ms']:.1f} ms (the rest, augmentation, optimizer "
         f"and scheduling, {s['rest_ms']:.1f}); every layer at the faster side {s['best_ms']:.1f} ms")
   print(f"share of the matmul rate ({s['useful_gflop']:.2f} GFLOP a step): now {s['share_now']:.0%}; the layers "
-        f"alone {s['share_layers']:.0%}; every layer at the faster side, nothing else {s['share_best']:.0%}")
+        f"alone {s['share_layers']:.0%}; every layer at the faster side, nothing else {s['share_best']:.0%}; "
+        f"every lasp_jax layer at its bound {s['share_bounds']:.0%}")
+  print("(bound: each instruction of the layer's compiled programs at max(FLOPs / matmul rate, least bytes / "
+        "stream bandwidth); its rate: the layer's needed FLOPs over the faster side's time, as a share of the "
+        "matmul rate)")
 
 
 def main(argv):
@@ -153,13 +170,13 @@ def main(argv):
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable()
   batch, repeats = _BATCH.value, _REPEATS.value
-  peak = roofline.matmul_peak_gflops()
-  jax_rows, step_ms = jax_layers(batch, repeats)
+  peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
+  jax_rows, step_ms = jax_layers(batch, repeats, peak, bw)
   torch_ms = torch_layers(_TORCH.value, batch, repeats) if _TORCH.value else {}
   s = summarize(jax_rows, torch_ms, step_ms, cpu_race.step_gflop("mnistnet", batch), peak)
-  print_summary(s, batch)
+  print_summary(s, batch, bw)
   if _OUT.value:
-    write_json_atomic(_OUT.value, {"summary": s, "provenance": provenance.provenance()})
+    write_json_atomic(_OUT.value, {"summary": s, "stream_gbps": bw, "provenance": provenance.provenance()})
 
 
 if __name__ == "__main__":

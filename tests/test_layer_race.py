@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from perf import cpu_race, layer_race, roofline
+from perf import cpu_race, hlo_cost, layer_race, roofline
 
 
 def test_layers_compose_to_the_model_and_count_the_step_flops():
@@ -28,11 +28,20 @@ def test_layers_compose_to_the_model_and_count_the_step_flops():
 
 def test_summarize_hand_values():
   """Each layer at the faster side; the three shares are the step's FLOPs at the matmul rate over each time."""
-  jax_rows = {n: {"gflop": 1.0, "ms": 10.0} for n in layer_race.LAYERS}
+  jax_rows = {n: {"gflop": 1.0, "ms": 10.0, "bound_ms": 4.0} for n in layer_race.LAYERS}
   torch_ms = {"conv1": 5.0, "conv2": 20.0, "fc": 10.0, "head": 12.0, "loss": 1.0}
   s = layer_race.summarize(jax_rows, torch_ms, step_ms=80.0, useful_gflop=5.0, peak=250.0)  # 20 ms at the rate
   faster = {r["layer"]: r["faster"] for r in s["rows"]}
   assert faster == {"conv1": "torch", "conv2": "lasp_jax", "fc": "lasp_jax", "head": "lasp_jax", "loss": "torch"}
   assert s["layers_ms"] == 50.0 and s["best_ms"] == 36.0 and s["rest_ms"] == 30.0
-  assert (s["share_now"], s["share_layers"]) == (0.25, 0.4) and s["share_best"] == pytest.approx(20 / 36)
+  assert (s["share_now"], s["share_layers"], s["share_bounds"]) == (0.25, 0.4, 1.0)
+  assert s["share_best"] == pytest.approx(20 / 36)
+  assert s["rows"][0]["best_of_rate"] == pytest.approx(4 / 5)  # conv1: 1 GFLOP = 4 ms at the rate, in 5 ms
   assert layer_race.summarize(jax_rows, {}, 80.0, 5.0, 250.0)["best_ms"] == 50.0  # no PyTorch side: ours
+
+
+def test_bound_hand_values():
+  """A program's bound: each instruction at its FLOPs over the rate or its bytes over the bandwidth, the larger."""
+  costs = {"copy": hlo_cost.Cost("fusion", bytes=10 ** 9, flops=0.0, shape="f32[1]"),
+           "dot": hlo_cost.Cost("dot", bytes=10 ** 6, flops=2e12, shape="f32[1]")}
+  assert layer_race.bound_ms(costs, peak=1000.0, bw=10.0) == pytest.approx(100.0 + 2000.0)

@@ -82,7 +82,7 @@ class GroupedBatchNorm(nn.Module):
     bias = self.param("bias", nn.initializers.zeros, (c,))
     ra_mean = self.variable("batch_stats", "mean", jnp.zeros, (c,))
     ra_var = self.variable("batch_stats", "var", jnp.ones, (c,))
-    # Train mode only: in eval mode groups change nothing and nn.BatchNorm runs (see _batch_norm).
+    # Train mode only: in eval mode groups change nothing and nn.BatchNorm runs (see norm_layer).
     xg = x.astype(jnp.float32).reshape((self.groups, x.shape[0] // self.groups) + x.shape[1:])
     w = jnp.ones(xg.shape[:-1] + (1,)) if mask is None else jnp.broadcast_to(
         mask.reshape((self.groups, -1) + mask.shape[1:]), xg.shape[:-1] + (1,)).astype(jnp.float32)
@@ -99,7 +99,7 @@ class GroupedBatchNorm(nn.Module):
     return (y * scale + bias).astype(self.dtype)
 
 
-def _batch_norm(train: bool, name: str, dtype: Dtype, groups: int = 1) -> nn.Module:
+def norm_layer(train: bool, name: str, dtype: Dtype, groups: int = 1) -> nn.Module:
   # PyTorch momentum 0.1 == Flax momentum 0.9. Eval mode uses the running statistics: groups change nothing.
   if train:
     return GroupedBatchNorm(groups, name=name, dtype=dtype)
@@ -118,7 +118,7 @@ class BasicBlock(nn.Module):
   def __call__(self, x, train: bool, mask=None):
     conv = functools.partial(nn.Conv, use_bias=False, kernel_init=resnet_conv_init, dtype=self.dtype,
                              conv_general_dilated=self.conv_fn)
-    batch_norm = functools.partial(_batch_norm, groups=self.bn_groups)
+    batch_norm = functools.partial(norm_layer, groups=self.bn_groups)
     y = conv(self.features, (3, 3), self.strides, padding=1, name="conv1")(x)
     y = nn.relu(batch_norm(train, "bn1", self.dtype)(y, mask=mask))
     y = conv(self.features, (3, 3), 1, padding=1, name="conv2")(y)
@@ -144,7 +144,7 @@ class ResNet(nn.Module):
   def __call__(self, x, train: bool = True, mask=None):
     """``mask`` (N,) bool: rows that enter the BatchNorm statistics (padding excluded)."""
     mask = None if mask is None else mask[:, None, None, None]
-    batch_norm = functools.partial(_batch_norm, groups=self.bn_groups)
+    batch_norm = functools.partial(norm_layer, groups=self.bn_groups)
     x = nn.Conv(self.widths[0], (3, 3), 1, padding=1, use_bias=False, kernel_init=resnet_conv_init,
                 dtype=self.dtype, conv_general_dilated=self.conv_fn, name="conv1")(x)
     x = nn.relu(batch_norm(train, "bn1", self.dtype)(x, mask=mask))
@@ -235,7 +235,7 @@ class MnistNet(nn.Module):
 
   @nn.compact
   def __call__(self, x, train: bool = True, mask=None):
-    batch_norm = functools.partial(_batch_norm, groups=self.bn_groups)
+    batch_norm = functools.partial(norm_layer, groups=self.bn_groups)
     c1, c2, f = (max(1, int(round(c * self.width))) for c in (20, 50, 500))
     bn_mask = None if mask is None else mask[:, None, None, None]
     for name, ch in (("conv1", c1), ("conv2", c2)):

@@ -1,19 +1,22 @@
-"""Layer race: each layer of the R-MNIST race step alone, in lasp_jax and in PyTorch (oneDNN), on this machine.
+"""Layer race: each layer of the race's train step alone, in lasp_jax and in PyTorch (oneDNN), on this machine.
 
-    python -m perf.layer_race --torch_python=PY [--batch=512] [--out=FILE.json]
+    python -m perf.layer_race --torch_python=PY [--net=mnistnet|resnet18] [--batch=N] [--out=FILE.json]
 
-The step (perf/cpu_race.py, batch B, two views: 2B rows) splits into five layers: conv1 (5x5 1->20, ReLU, 2x2
-pool), conv2 (5x5 20->50, ReLU, pool), fc (800->500, ReLU), the head (500-500-500) and the loss (SupCon + IRD).
-A layer's share of the step is its forward and backward on the current model (the input gradient too, except for
-conv1, whose input is the image) plus its forward on the past model (no gradient); the loss has no past part.
-Each layer runs alone, compiled with the step's XLA options and kernels, on random inputs of its shapes; the same
-layers run in PyTorch under ``PY`` (``perf/torch_layer_race.py``, after lasp_jax's timing, so neither shares the
-cores with the other). Printed per layer: its FLOPs, its roofline bound (each instruction of lasp_jax's compiled
-programs at max(FLOPs / matmul rate, least bytes / stream bandwidth), both measured in the same run), each side's
-time, the faster one and the rate it reaches; then the step's share of the matmul rate as it runs, as its layers
-add up alone, with every layer at the faster of the two, and with every lasp_jax layer at its bound. The third is
-what this machine's kernels allow these layer shapes: if it is below a target, no choice between these two
-libraries' kernels meets it. One run, one machine: figures to compare, not to assert.
+The step (perf/cpu_race.py, batch B, two views: 2B rows) splits into layers. The R-MNIST net (batch 512): conv1
+(5x5 1->20, ReLU, 2x2 pool), conv2 (5x5 20->50, ReLU, pool), fc (800->500, ReLU), the head (500-500-500) and the
+loss (SupCon + IRD). ResNet-18 (batch 32): the stem (3x3 conv, BatchNorm, ReLU), its four stages of two
+BasicBlocks, the head (average pool, 512-512-128, L2 normalization) and the loss. A layer's share of the step is
+its forward and backward on the current model (the input gradient too, except the first layer's, whose input is
+the image) plus its forward on the past model (no gradient; BatchNorm in each side's race mode: lasp_jax's
+``model.past_bn``, PyTorch's eval mode); the loss has no past part. Each layer runs alone, compiled with the step's
+XLA options and kernels, on random inputs of its shapes; the same layers run in PyTorch under ``PY``
+(``perf/torch_layer_race.py``, after lasp_jax's timing, so neither shares the cores with the other). Printed per
+layer: its FLOPs, its roofline bound (each instruction of lasp_jax's compiled programs at max(FLOPs / matmul
+rate, least bytes / stream bandwidth), both measured in the same run), each side's time, the faster one and the
+rate it reaches; then the step's share of the matmul rate as it runs, as its layers add up alone, with every
+layer at the faster of the two, and with every lasp_jax layer at its bound. The third is what this machine's
+kernels allow these layer shapes: if it is below a target, no choice between these two libraries' kernels meets
+it. One run, one machine: figures to compare, not to assert.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,34 +36,113 @@ from lasp_jax import conv, cpu_kernels, losses, models, provenance, steps, xla_c
 from lasp_jax.checkpoint import write_json_atomic
 from perf import cpu_race, hlo_cost, roofline
 
-LAYERS = ("conv1", "conv2", "fc", "head", "loss")
+LAYERS = {"mnistnet": ("conv1", "conv2", "fc", "head", "loss"),
+          "resnet18": ("stem", "layer1", "layer2", "layer3", "layer4", "head", "loss")}
 
+_NET = flags.DEFINE_enum("net", "mnistnet", list(LAYERS), "The network of the step.")
 _TORCH = flags.DEFINE_string("torch_python", "", "A python with torch (the PyTorch side); empty: lasp_jax only.")
-_BATCH = flags.DEFINE_integer("batch", 512, "Images per step (two views each).")
+_BATCH = flags.DEFINE_integer("batch", 0, "Images per step (two views each); 0: 512 for mnistnet, 32 for resnet18.")
 _REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per layer; the median counts.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
 
 
+class ConvPool(nn.Module):
+  """The R-MNIST net's 5x5 convolution, ReLU and 2x2 pool (models.MnistNet without BatchNorm), named as there."""
+  features: int
+  layer: str
+  conv_fn: Any = None
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    x = nn.Conv(self.features, (5, 5), padding=((0, 0), (0, 0)), conv_general_dilated=self.conv_fn,
+                name=self.layer)(x)
+    return models.relu_pool(x, train)
+
+
+class DenseRelu(nn.Module):
+  features: int
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    del train
+    return nn.relu(nn.Dense(self.features, name="fc")(x.reshape(x.shape[0], -1)))
+
+
+class Stem(nn.Module):
+  """ResNet's 3x3 convolution, BatchNorm and ReLU (models.ResNet's first layers), named as there."""
+  features: int
+  conv_fn: Any = None
+  bn_groups: int = 1
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    x = nn.Conv(self.features, (3, 3), 1, padding=1, use_bias=False, conv_general_dilated=self.conv_fn,
+                name="conv1")(x)
+    return nn.relu(models.norm_layer(train, "bn1", jnp.float32, self.bn_groups)(x))
+
+
+class Stage(nn.Module):
+  """One ResNet stage: its BasicBlocks, named and strided as in models.ResNet."""
+  stage: int
+  blocks: int
+  features: int
+  conv_fn: Any = None
+  bn_groups: int = 1
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    for b in range(self.blocks):
+      strides = 2 if (self.stage > 0 and b == 0) else 1
+      x = models.BasicBlock(self.features, strides, conv_fn=self.conv_fn, bn_groups=self.bn_groups,
+                            name=f"layer{self.stage + 1}_{b}")(x, train)
+    return x
+
+
+def _encoder_layers(config, conv_fn) -> dict:
+  """{layer: (module, input shape without rows)} of the encoder."""
+  m = config.model
+  if m.name == "mnistnet":
+    return {"conv1": (ConvPool(20, "conv1", conv_fn), (28, 28, 1)),
+            "conv2": (ConvPool(50, "conv2", conv_fn), (12, 12, 20)),
+            "fc": (DenseRelu(500), (4, 4, 50))}
+  groups = m.get("bn_groups", 1)
+  layers, shape = {"stem": (Stem(64, conv_fn, groups), (32, 32, 3))}, (32, 32, 64)
+  for s, width in enumerate((64, 128, 256, 512)):
+    layers[f"layer{s + 1}"] = (Stage(s, 2, width, conv_fn, groups), shape)
+    size = shape[0] // (2 if s > 0 else 1)
+    shape = (size, size, width)
+  return layers
+
+
 def layer_fns(config, conv_backward: str) -> dict:
-  """{layer: (fn(params, x) -> y, path of its params in the model's, input shape without rows)}: the model's own
-  modules applied one at a time, in the train step's form (``models.relu_pool`` with ``train=True``)."""
+  """{layer: (fn(variables, x, train) -> y, input shape without rows)}: the model's own modules applied one layer
+  at a time to the variables of that layer (``layer_variables``); the head (ResNet: with its average pool) last."""
   conv_fn = conv.conv_for_backend(conv_backward)
+  fns = {}
+  for name, (module, shape) in _encoder_layers(config, conv_fn).items():
+    fns[name] = (lambda v, x, train, module=module: module.apply(v, x, train, mutable=["batch_stats"])[0], shape)
   head = models.build_model(config).head
+  pooled = config.model.name == "resnet18"
 
-  def conv_block(p, x):
-    conv_layer = nn.Conv(p["bias"].shape[0], (5, 5), padding=((0, 0), (0, 0)), conv_general_dilated=conv_fn)
-    return models.relu_pool(conv_layer.apply({"params": p}, x), train=True)
+  def head_fn(v, x, train):
+    x = jnp.mean(x, axis=(1, 2)) if pooled else x
+    return head.apply(v, x, train=train, mutable=["batch_stats"])[0]
+  fns["head"] = (head_fn, (4, 4, 512) if pooled else (500,))
+  return fns
 
-  def fc(p, x):
-    return jax.nn.relu(nn.Dense(p["bias"].shape[0]).apply({"params": p}, x.reshape(x.shape[0], -1)))
 
-  def head_fn(p, x):
-    return head.apply({"params": p}, x, train=True, mutable=["batch_stats"])[0]
+def _owns(layer: str, name: str) -> bool:
+  if layer == "stem":
+    return name in ("conv1", "bn1")
+  return name.startswith(layer + "_") if layer.startswith("layer") else name == layer
 
-  return {"conv1": (conv_block, ("encoder", "conv1"), (28, 28, 1)),
-          "conv2": (conv_block, ("encoder", "conv2"), (12, 12, 20)),
-          "fc": (fc, ("encoder", "fc"), (4, 4, 50)),
-          "head": (head_fn, ("head",), (500,))}
+
+def layer_variables(variables: dict, layer: str) -> dict:
+  """The model's variables ({"params": ..., "batch_stats": ...}) that ``layer`` uses, under the names it uses."""
+  if layer == "head":
+    return {col: tree["head"] for col, tree in variables.items() if "head" in tree}
+  return {col: {n: v for n, v in tree["encoder"].items() if _owns(layer, n)} for col, tree in variables.items()
+          if "encoder" in tree}
 
 
 def loss_fn(cfg: steps.LossConfig, labels, is_current):
@@ -72,29 +155,29 @@ def loss_fn(cfg: steps.LossConfig, labels, is_current):
   return fn
 
 
-def _params_at(params, path):
-  for key in path:
-    params = params[key]
-  return params
-
-
-def layer_programs(batch: int, plain: bool = False):
+def layer_programs(net: str, batch: int, plain: bool = False):
   """(the race's run, {layer: [(fn, args), ...]}): the jittable calls a layer's share of the step is made of
-  (train, past), with the step's convolution gradients, or ``plain``: lax's convolutions (for counting FLOPs)."""
-  run, *_ = cpu_race.race_chunk("mnistnet", batch, 1)
+  (train: forward and backward; past: the past model's forward, in the step's BatchNorm mode), with the step's
+  convolution gradients, or ``plain``: lax's convolutions (for counting FLOPs)."""
+  run, *_ = cpu_race.race_chunk(net, batch, 1)
   conv_backward = "xla" if plain else cpu_kernels.of_model(run.config.model).conv_backward
+  cfg = steps.loss_config(run.config, run.stream)
   rows, rng = 2 * batch, np.random.default_rng(0)
   rand = lambda *shape: jnp.asarray(rng.standard_normal(shape, np.float32))  # noqa: E731
+  variables = run.state.variables()
   programs = {}
-  for name, (fn, path, shape) in layer_fns(run.config, conv_backward).items():
-    p, x = _params_at(run.state.params, path), rand(rows, *shape)
-    g = jnp.ones_like(jax.eval_shape(fn, p, x))  # the output's cotangent (its values do not change the work)
-    first = name == "conv1"  # the image gets no gradient
-    train = jax.grad(lambda p, x, g, fn=fn: jnp.sum(fn(p, x) * g), argnums=0 if first else (0, 1))
-    programs[name] = [(train, (p, x, g)), (fn, (p, x))]
+  for name, (fn, shape) in layer_fns(run.config, conv_backward).items():
+    v, x = layer_variables(variables, name), rand(rows, *shape)
+    g = jnp.ones_like(jax.eval_shape(lambda v, x, fn=fn: fn(v, x, True), v, x))  # its values do not change the work
+    first = name in ("conv1", "stem")  # the image gets no gradient
+
+    def train(params, x, g, v=v, fn=fn):
+      return jnp.sum(fn({**v, "params": params}, x, True) * g)
+    programs[name] = [(jax.grad(train, argnums=0 if first else (0, 1)), (v["params"], x, g)),
+                      (lambda v, x, fn=fn: fn(v, x, cfg.past_bn == "batch"), (v, x))]
   labels = jnp.asarray(rng.integers(0, 10, batch))
-  cfg = steps.loss_config(run.config, run.stream)
-  programs["loss"] = [(jax.grad(loss_fn(cfg, labels, labels >= 5)), (rand(rows, 500), rand(rows, 500)))]
+  dim = run.config.model.embedding_dim
+  programs["loss"] = [(jax.grad(loss_fn(cfg, labels, labels >= 5)), (rand(rows, dim), rand(rows, dim)))]
   return run, programs
 
 
@@ -103,12 +186,12 @@ def bound_ms(costs: dict, peak: float, bw: float) -> float:
   return sum(max(c.flops / peak, c.bytes / bw) for c in costs.values()) / 1e6
 
 
-def jax_layers(batch: int, repeats: int, peak: float, bw: float) -> tuple[dict, float]:
+def jax_layers(net: str, batch: int, repeats: int, peak: float, bw: float) -> tuple[dict, float]:
   """({layer: {gflop, ms, bound_ms}}, the whole step's ms), timed with the step's kernels and XLA options."""
-  run, programs = layer_programs(batch)
-  _, counted = layer_programs(batch, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's count)
+  run, programs = layer_programs(net, batch)
+  _, counted = layer_programs(net, batch, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's)
   out = {}
-  for name in LAYERS:
+  for name in LAYERS[net]:
     row = {"gflop": 0.0, "ms": 0.0, "bound_ms": 0.0}
     for (fn, args), (plain, _) in zip(programs[name], counted[name]):
       compiled = jax.jit(fn).lower(*args).compile(compiler_options=run.compiler_options)
@@ -116,12 +199,12 @@ def jax_layers(batch: int, repeats: int, peak: float, bw: float) -> tuple[dict, 
       row["bound_ms"] += bound_ms(hlo_cost.costs(compiled.as_text()), peak, bw)
       row["gflop"] += roofline.jaxpr_flops(jax.make_jaxpr(plain)(*args)) / 1e9
     out[name] = row
-  step_ms = roofline.median_seconds(cpu_race.chunk_call("mnistnet", batch, 1), (), repeats) * 1e3
+  step_ms = roofline.median_seconds(cpu_race.chunk_call(net, batch, 1), (), repeats) * 1e3
   return out, step_ms
 
 
-def torch_layers(python: str, batch: int, repeats: int) -> dict:
-  cmd = [python, "perf/torch_layer_race.py", f"--batch={batch}", f"--repeats={repeats}"]
+def torch_layers(python: str, net: str, batch: int, repeats: int) -> dict:
+  cmd = [python, "perf/torch_layer_race.py", f"--net={net}", f"--batch={batch}", f"--repeats={repeats}"]
   out = subprocess.run(cmd, capture_output=True, text=True, check=False)
   if out.returncode != 0:
     raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip().splitlines()[-1:]}")
@@ -131,7 +214,7 @@ def torch_layers(python: str, batch: int, repeats: int) -> dict:
 def summarize(jax_rows: dict, torch_ms: dict, step_ms: float, useful_gflop: float, peak: float) -> dict:
   """Per-layer rows with the faster side, and the step's share of the matmul rate three ways."""
   rows = []
-  for name in LAYERS:
+  for name in jax_rows:
     ours, theirs = jax_rows[name]["ms"], torch_ms.get(name)
     best = ours if theirs is None else min(ours, theirs)
     rows.append({"layer": name, "gflop": jax_rows[name]["gflop"], "bound_ms": jax_rows[name]["bound_ms"],
@@ -147,8 +230,8 @@ def summarize(jax_rows: dict, torch_ms: dict, step_ms: float, useful_gflop: floa
           "share_best": ideal_ms / best_ms, "share_bounds": ideal_ms / bounds_ms}
 
 
-def print_summary(s: dict, batch: int, bw: float):
-  print(f"mnistnet, batch {batch} (two views): matmul rate {s['matmul_gflops']:.1f} GFLOP/s, stream {bw:.1f} GB/s")
+def print_summary(s: dict, net: str, batch: int, bw: float):
+  print(f"{net}, batch {batch} (two views): matmul rate {s['matmul_gflops']:.1f} GFLOP/s, stream {bw:.1f} GB/s")
   print(f"{'layer':<8}{'GFLOP':>8}{'bound ms':>10}{'lasp_jax ms':>13}{'PyTorch ms':>12}{'faster':>10}"
         f"{'its rate':>10}")
   for r in s["rows"]:
@@ -169,14 +252,16 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable()
-  batch, repeats = _BATCH.value, _REPEATS.value
+  net, repeats = _NET.value, _REPEATS.value
+  batch = _BATCH.value or {"mnistnet": 512, "resnet18": 32}[net]
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
-  jax_rows, step_ms = jax_layers(batch, repeats, peak, bw)
-  torch_ms = torch_layers(_TORCH.value, batch, repeats) if _TORCH.value else {}
-  s = summarize(jax_rows, torch_ms, step_ms, cpu_race.step_gflop("mnistnet", batch), peak)
-  print_summary(s, batch, bw)
+  jax_rows, step_ms = jax_layers(net, batch, repeats, peak, bw)
+  torch_ms = torch_layers(_TORCH.value, net, batch, repeats) if _TORCH.value else {}
+  s = summarize(jax_rows, torch_ms, step_ms, cpu_race.step_gflop(net, batch), peak)
+  print_summary(s, net, batch, bw)
   if _OUT.value:
-    write_json_atomic(_OUT.value, {"summary": s, "stream_gbps": bw, "provenance": provenance.provenance()})
+    write_json_atomic(_OUT.value, {"net": net, "batch": batch, "summary": s, "stream_gbps": bw,
+                                   "provenance": provenance.provenance()})
 
 
 if __name__ == "__main__":

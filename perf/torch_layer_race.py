@@ -1,12 +1,14 @@
-"""The PyTorch side of ``python -m perf.layer_race``: the R-MNIST race step's layers alone, timed.
+"""The PyTorch side of ``python -m perf.layer_race``: the race step's layers alone, timed.
 
-    PY perf/torch_layer_race.py [--batch=512] [--repeats=7]
+    PY perf/torch_layer_race.py [--net=mnistnet|resnet18] [--batch=512] [--repeats=7]
 
-Run with a python that has torch (the project never imports it). The layers are ``torch_cpu_race.mnist_net``'s,
-one at a time: conv1, conv2 (each conv, ReLU, 2x2 max-pool), fc (800->500, ReLU), the head (500-500-500), and the
-loss (SupCon over the current task's anchors + IRD). A layer's time is the median of its forward and backward on
-2B rows (the input gradient too, except conv1's) plus its forward without gradient (the past model's); the loss
-has no past part. Prints one JSON line: {layer: ms}.
+Run with a python that has torch and torchvision (the project never imports them). The layers are the race's
+models' (``torch_cpu_race``), one at a time: the R-MNIST net's conv1, conv2 (each conv, ReLU, 2x2 max-pool), fc
+(800->500, ReLU) and head (500-500-500); ResNet-18's stem (conv, BatchNorm, ReLU), layer1-4 and head (average
+pool, 512-512-128, L2 normalization); then the loss (SupCon over the current task's anchors + IRD). A layer's time
+is the median of its forward and backward on 2B rows (the input gradient too, except the first layer's) plus the
+median of its forward without gradient in eval mode (the past model's, as the race runs it); the loss has no past
+part. Prints one JSON line: {layer: ms}.
 """
 
 from __future__ import annotations
@@ -17,11 +19,31 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 from torch_cpu_race import mnist_net  # run as a script: this folder is on sys.path
-from torch_reference import ird, supcon
+from torch_reference import co2l_model, ird, supcon
 
-LAYER_SLICES = {"conv1": (0, 3), "conv2": (3, 6), "fc": (6, 9), "head": (9, 12)}
-INPUTS = {"conv1": (1, 28, 28), "conv2": (20, 12, 12), "fc": (50, 4, 4), "head": (500,)}
+
+class Normalized(torch.nn.Module):
+  def __init__(self, head):
+    super().__init__()
+    self.head = head
+
+  def forward(self, x):
+    return F.normalize(self.head(x), dim=1)
+
+
+def layers(net: str) -> dict:
+  """{layer: (module, input shape without rows)}, as perf/layer_race.py cuts the net."""
+  if net == "mnistnet":
+    m = mnist_net()
+    return {"conv1": (m[0:3], (1, 28, 28)), "conv2": (m[3:6], (20, 12, 12)), "fc": (m[6:9], (50, 4, 4)),
+            "head": (m[9:12], (500,))}
+  m = co2l_model()
+  head = Normalized(torch.nn.Sequential(m.avgpool, torch.nn.Flatten(), m.fc))
+  return {"stem": (torch.nn.Sequential(m.conv1, m.bn1, m.relu), (3, 32, 32)), "layer1": (m.layer1, (64, 32, 32)),
+          "layer2": (m.layer2, (64, 32, 32)), "layer3": (m.layer3, (128, 16, 16)),
+          "layer4": (m.layer4, (256, 8, 8)), "head": (head, (512, 4, 4))}
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -46,29 +68,34 @@ def layer_ms(layer: torch.nn.Module, x: torch.Tensor, input_grad: bool, repeats:
   def past():
     with torch.no_grad():
       layer(x)
-  return median_ms(train, repeats) + median_ms(past, repeats)
+  train_ms = median_ms(train, repeats)
+  layer.eval()
+  past_ms = median_ms(past, repeats)
+  layer.train()
+  return train_ms + past_ms
 
 
-def loss_ms(batch: int, repeats: int) -> float:
-  z, zp = torch.randn(2 * batch, 500, requires_grad=True), torch.randn(2 * batch, 500)
+def loss_ms(batch: int, dim: int, tau: float, repeats: int) -> float:
+  z, zp = torch.randn(2 * batch, dim, requires_grad=True), torch.randn(2 * batch, dim)
   labels = torch.randint(0, 10, (batch,))
 
   def train():
     z.grad = None
-    (supcon(z, labels, 0.1, current=labels >= 5) + ird(z, zp)).backward()
+    (supcon(z, labels, tau, current=labels >= 5) + ird(z, zp)).backward()
   return median_ms(train, repeats)
 
 
 def main():
   ap = argparse.ArgumentParser()
+  ap.add_argument("--net", choices=["mnistnet", "resnet18"], default="mnistnet")
   ap.add_argument("--batch", type=int, default=512)
   ap.add_argument("--repeats", type=int, default=7)
   args = ap.parse_args()
   torch.manual_seed(0)
-  net = mnist_net()
-  out = {name: layer_ms(net[a:b], torch.randn(2 * args.batch, *INPUTS[name]), name != "conv1", args.repeats)
-         for name, (a, b) in LAYER_SLICES.items()}
-  out["loss"] = loss_ms(args.batch, args.repeats)
+  out = {name: layer_ms(layer, torch.randn(2 * args.batch, *shape), i > 0, args.repeats)
+         for i, (name, (layer, shape)) in enumerate(layers(args.net).items())}
+  dim, tau = (500, 0.1) if args.net == "mnistnet" else (128, 0.5)  # the race's embedding and SupCon tau
+  out["loss"] = loss_ms(args.batch, dim, tau, args.repeats)
   print(json.dumps(out))
 
 

@@ -1,34 +1,39 @@
 """perf/layer_race.py: the R-MNIST race step split into its layers, each timed alone."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lasp_jax.data import augment
 from perf import cpu_race, hlo_cost, layer_race, roofline
 
 
-def test_layers_compose_to_the_model_and_count_the_step_flops():
-  """conv1 -> conv2 -> fc -> head with the model's own params is the model's embedding, and the layers' FLOPs
-  (train and past parts, and the loss) with the views' add up to the whole step's count: nothing left out,
+@pytest.mark.parametrize("net,batch", [("mnistnet", 4), ("resnet18", 2)])
+def test_layers_compose_to_the_model_and_count_the_step_flops(net, batch):
+  """The layers applied in turn, each to its share of the model's variables, are the model's embedding, and their
+  FLOPs (train and past parts, and the loss) with the views' add up to the whole step's count: nothing left out,
   nothing twice."""
-  batch = 4
-  run, programs = layer_race.layer_programs(batch, plain=True)
-  fns = layer_race.layer_fns(run.config, "xla")
-  x = jax.random.uniform(jax.random.PRNGKey(0), (2 * batch, 28, 28, 1))
+  run, programs = layer_race.layer_programs(net, batch, plain=True)
+  variables = run.state.variables()
+  image = (28, 28, 1) if net == "mnistnet" else (32, 32, 3)
+  x = jax.random.uniform(jax.random.PRNGKey(0), (2 * batch, *image))
   h = x
-  for name in ("conv1", "conv2", "fc", "head"):
-    fn, path, _ = fns[name]
-    h = fn(layer_race._params_at(run.state.params, path), h)
-  _, z = run.model.apply({"params": run.state.params}, x, train=True, mutable=["batch_stats"])[0]
+  for name, (fn, _) in layer_race.layer_fns(run.config, "xla").items():
+    h = fn(layer_race.layer_variables(variables, name), h, True)
+  _, z = run.model.apply(variables, x, train=True, mutable=["batch_stats"])[0]
   np.testing.assert_allclose(h, z, rtol=1e-5, atol=1e-6)
   counted = sum(roofline.jaxpr_flops(jax.make_jaxpr(fn)(*args)) for calls in programs.values() for fn, args in calls)
-  views = batch * 4 * 2 * 28 ** 3  # the augmentation's resampling matmuls (tests/test_roofline.py), not a layer's
-  assert counted + views == pytest.approx(cpu_race.step_gflop("mnistnet", batch) * 1e9, rel=1e-9)
+  # The augmentation's matmuls (resampling, colour) belong to no layer.
+  images = jnp.zeros((batch, *image), jnp.uint8)
+  views = roofline.jaxpr_flops(jax.make_jaxpr(lambda u: augment.two_views(
+      jax.random.PRNGKey(0), u, jnp.zeros(batch), run.aug_cfg, rows=batch))(images))
+  assert views > 0 and counted + views == pytest.approx(cpu_race.step_gflop(net, batch) * 1e9, rel=1e-9)
 
 
 def test_summarize_hand_values():
   """Each layer at the faster side; the three shares are the step's FLOPs at the matmul rate over each time."""
-  jax_rows = {n: {"gflop": 1.0, "ms": 10.0, "bound_ms": 4.0} for n in layer_race.LAYERS}
+  jax_rows = {n: {"gflop": 1.0, "ms": 10.0, "bound_ms": 4.0} for n in layer_race.LAYERS["mnistnet"]}
   torch_ms = {"conv1": 5.0, "conv2": 20.0, "fc": 10.0, "head": 12.0, "loss": 1.0}
   s = layer_race.summarize(jax_rows, torch_ms, step_ms=80.0, useful_gflop=5.0, peak=250.0)  # 20 ms at the rate
   faster = {r["layer"]: r["faster"] for r in s["rows"]}

@@ -224,8 +224,10 @@ def summarize(jax_rows: dict, torch_ms: dict, step_ms: float, useful_gflop: floa
   ideal_ms = useful_gflop / peak * 1e3
   layers_ms, best_ms = sum(r["jax_ms"] for r in rows), sum(r["best_ms"] for r in rows)
   bounds_ms = sum(r["bound_ms"] for r in rows)
+  torch_layers_ms = sum(r["torch_ms"] for r in rows) if all(r["torch_ms"] is not None for r in rows) else None
   return {"rows": rows, "matmul_gflops": peak, "useful_gflop": useful_gflop, "step_ms": step_ms,
-          "layers_ms": layers_ms, "best_ms": best_ms, "bounds_ms": bounds_ms, "rest_ms": step_ms - layers_ms,
+          "layers_ms": layers_ms, "torch_layers_ms": torch_layers_ms, "best_ms": best_ms, "bounds_ms": bounds_ms,
+          "rest_ms": step_ms - layers_ms, "ms_at_60_percent": ideal_ms / 0.6,
           "share_now": ideal_ms / step_ms, "share_layers": ideal_ms / layers_ms,
           "share_best": ideal_ms / best_ms, "share_bounds": ideal_ms / bounds_ms}
 
@@ -238,8 +240,10 @@ def print_summary(s: dict, net: str, batch: int, bw: float):
     theirs = "-" if r["torch_ms"] is None else f"{r['torch_ms']:.2f}"
     print(f"{r['layer']:<8}{r['gflop']:>8.3f}{r['bound_ms']:>10.2f}{r['jax_ms']:>13.2f}{theirs:>12}"
           f"{r['faster']:>10}{r['best_of_rate']:>10.0%}")
+  theirs = "" if s["torch_layers_ms"] is None else f"; PyTorch's layers alone {s['torch_layers_ms']:.1f} ms"
   print(f"step {s['step_ms']:.1f} ms; its layers alone {s['layers_ms']:.1f} ms (the rest, augmentation, optimizer "
-        f"and scheduling, {s['rest_ms']:.1f}); every layer at the faster side {s['best_ms']:.1f} ms")
+        f"and scheduling, {s['rest_ms']:.1f}){theirs}; every layer at the faster side {s['best_ms']:.1f} ms; "
+        f"the step at 60 % of the matmul rate {s['ms_at_60_percent']:.1f} ms")
   print(f"share of the matmul rate ({s['useful_gflop']:.2f} GFLOP a step): now {s['share_now']:.0%}; the layers "
         f"alone {s['share_layers']:.0%}; every layer at the faster side, nothing else {s['share_best']:.0%}; "
         f"every lasp_jax layer at its bound {s['share_bounds']:.0%}")

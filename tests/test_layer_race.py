@@ -38,11 +38,13 @@ def test_summarize_hand_values():
   s = layer_race.summarize(jax_rows, torch_ms, step_ms=80.0, useful_gflop=5.0, peak=250.0)  # 20 ms at the rate
   faster = {r["layer"]: r["faster"] for r in s["rows"]}
   assert faster == {"conv1": "torch", "conv2": "lasp_jax", "fc": "lasp_jax", "head": "lasp_jax", "loss": "torch"}
-  assert s["layers_ms"] == 50.0 and s["best_ms"] == 36.0 and s["rest_ms"] == 30.0
+  assert s["layers_ms"] == 50.0 and s["best_ms"] == 36.0 and s["rest_ms"] == 30.0 and s["torch_layers_ms"] == 48.0
+  assert s["ms_at_60_percent"] == pytest.approx(20 / 0.6)
   assert (s["share_now"], s["share_layers"], s["share_bounds"]) == (0.25, 0.4, 1.0)
   assert s["share_best"] == pytest.approx(20 / 36)
   assert s["rows"][0]["best_of_rate"] == pytest.approx(4 / 5)  # conv1: 1 GFLOP = 4 ms at the rate, in 5 ms
-  assert layer_race.summarize(jax_rows, {}, 80.0, 5.0, 250.0)["best_ms"] == 50.0  # no PyTorch side: ours
+  alone = layer_race.summarize(jax_rows, {}, 80.0, 5.0, 250.0)  # no PyTorch side: ours
+  assert alone["best_ms"] == 50.0 and alone["torch_layers_ms"] is None
 
 
 def test_bound_hand_values():

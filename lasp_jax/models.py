@@ -100,6 +100,7 @@ class GroupedBatchNorm(nn.Module):
 
 
 def norm_layer(train: bool, name: str, dtype: Dtype, groups: int = 1) -> nn.Module:
+  """The nets' BatchNorm: per-group batch statistics in training, the running ones in eval mode."""
   # PyTorch momentum 0.1 == Flax momentum 0.9. Eval mode uses the running statistics: groups change nothing.
   if train:
     return GroupedBatchNorm(groups, name=name, dtype=dtype)

@@ -22,6 +22,7 @@ it. One run, one machine: figures to compare, not to assert.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -39,11 +40,16 @@ from perf import cpu_race, hlo_cost, roofline
 LAYERS = {"mnistnet": ("conv1", "conv2", "fc", "head", "loss"),
           "resnet18": ("stem", "layer1", "layer2", "layer3", "layer4", "head", "loss")}
 
-_NET = flags.DEFINE_enum("net", "mnistnet", list(LAYERS), "The network of the step.")
-_TORCH = flags.DEFINE_string("torch_python", "", "A python with torch (the PyTorch side); empty: lasp_jax only.")
-_BATCH = flags.DEFINE_integer("batch", 0, "Images per step (two views each); 0: 512 for mnistnet, 32 for resnet18.")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per layer; the median counts.")
-_OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
+
+
+def define_flags():
+  """The command line; defined only when run as a script (perf's other scripts, imported beside this module in
+  one process, define the same names)."""
+  flags.DEFINE_enum("net", "mnistnet", list(LAYERS), "The network of the step.")
+  flags.DEFINE_string("torch_python", "", "A python with torch (the PyTorch side); empty: lasp_jax only.")
+  flags.DEFINE_integer("batch", 0, "Images per step (two views each); 0: 512 for mnistnet, 32 for resnet18.")
+  flags.DEFINE_integer("repeats", 7, "Timed calls per layer; the median counts.")
+  flags.DEFINE_string("out", "", "JSON output (optional).")
 
 
 class ConvPool(nn.Module):
@@ -256,17 +262,22 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable()
-  net, repeats = _NET.value, _REPEATS.value
-  batch = _BATCH.value or {"mnistnet": 512, "resnet18": 32}[net]
+  f = flags.FLAGS
+  net, repeats = f.net, f.repeats
+  batch = f.batch or {"mnistnet": 512, "resnet18": 32}[net]
+  if f.torch_python and not os.access(f.torch_python, os.X_OK):  # before minutes of measurement
+    print(f"perf.layer_race: --torch_python={f.torch_python} is not an executable file", file=sys.stderr)
+    return 2
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
   jax_rows, step_ms = jax_layers(net, batch, repeats, peak, bw)
-  torch_ms = torch_layers(_TORCH.value, net, batch, repeats) if _TORCH.value else {}
+  torch_ms = torch_layers(f.torch_python, net, batch, repeats) if f.torch_python else {}
   s = summarize(jax_rows, torch_ms, step_ms, cpu_race.step_gflop(net, batch), peak)
   print_summary(s, net, batch, bw)
-  if _OUT.value:
-    write_json_atomic(_OUT.value, {"net": net, "batch": batch, "summary": s, "stream_gbps": bw,
+  if f.out:
+    write_json_atomic(f.out, {"net": net, "batch": batch, "summary": s, "stream_gbps": bw,
                                    "provenance": provenance.provenance()})
 
 
 if __name__ == "__main__":
+  define_flags()
   sys.exit(app.run(main))

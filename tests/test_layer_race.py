@@ -1,5 +1,8 @@
 """perf/layer_race.py: the R-MNIST race step split into its layers, each timed alone."""
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,3 +55,12 @@ def test_bound_hand_values():
   costs = {"copy": hlo_cost.Cost("fusion", bytes=10 ** 9, flops=0.0, shape="f32[1]"),
            "dot": hlo_cost.Cost("dot", bytes=10 ** 6, flops=2e12, shape="f32[1]")}
   assert layer_race.bound_ms(costs, peak=1000.0, bw=10.0) == pytest.approx(100.0 + 2000.0)
+
+
+def test_a_missing_torch_python_is_one_line_and_exit_2_before_measuring():
+  proc = subprocess.run([sys.executable, "-m", "perf.layer_race", "--torch_python=/nonexistent/python"],
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 2 and proc.stdout == ""
+  # The last line: a machine's JAX may log a line of its own before it.
+  assert proc.stderr.strip().splitlines()[-1] == ("perf.layer_race: --torch_python=/nonexistent/python is not an "
+                                                  "executable file") and "Traceback" not in proc.stderr

@@ -10,7 +10,8 @@ its forward and backward on the current model (the input gradient too, except th
 the image) plus its forward on the past model (no gradient; BatchNorm in each side's race mode: lasp_jax's
 ``model.past_bn``, PyTorch's eval mode); the loss has no past part. Each layer runs alone, compiled with the step's
 XLA options and kernels, on random inputs of its shapes; the same layers run in PyTorch under ``PY``
-(``perf/torch_layer_race.py``, after lasp_jax's timing, so neither shares the cores with the other). Printed per
+(``perf/torch_layer_race.py``, after lasp_jax's timing, so neither shares the cores with the other; each layer on
+images in NCHW and in channels_last, the faster counting). Printed per
 layer: its FLOPs, its roofline bound (each instruction of lasp_jax's compiled programs at max(FLOPs / matmul
 rate, least bytes / stream bandwidth), both measured in the same run), each side's time, the faster one and the
 rate it reaches; then the step's share of the matmul rate as it runs, as its layers add up alone, with every
@@ -210,6 +211,7 @@ def jax_layers(net: str, batch: int, repeats: int, peak: float, bw: float) -> tu
 
 
 def torch_layers(python: str, net: str, batch: int, repeats: int) -> dict:
+  """{"ms": {layer: ms}, "layout": {layer: PyTorch's faster layout}} from perf/torch_layer_race.py under ``python``."""
   cmd = [python, "perf/torch_layer_race.py", f"--net={net}", f"--batch={batch}", f"--repeats={repeats}"]
   out = subprocess.run(cmd, capture_output=True, text=True, check=False)
   if out.returncode != 0:
@@ -244,6 +246,7 @@ def print_summary(s: dict, net: str, batch: int, bw: float):
         f"{'its rate':>10}")
   for r in s["rows"]:
     theirs = "-" if r["torch_ms"] is None else f"{r['torch_ms']:.2f}"
+    theirs += {"channels_last": " CL"}.get(s.get("torch_layouts", {}).get(r["layer"]), "")
     print(f"{r['layer']:<8}{r['gflop']:>8.3f}{r['bound_ms']:>10.2f}{r['jax_ms']:>13.2f}{theirs:>12}"
           f"{r['faster']:>10}{r['best_of_rate']:>10.0%}")
   theirs = "" if s["torch_layers_ms"] is None else f"; PyTorch's layers alone {s['torch_layers_ms']:.1f} ms"
@@ -255,7 +258,7 @@ def print_summary(s: dict, net: str, batch: int, bw: float):
         f"every lasp_jax layer at its bound {s['share_bounds']:.0%}")
   print("(bound: each instruction of the layer's compiled programs at max(FLOPs / matmul rate, least bytes / "
         "stream bandwidth); its rate: the layer's needed FLOPs over the faster side's time, as a share of the "
-        "matmul rate)")
+        "matmul rate; CL: PyTorch's faster layout was channels_last, else NCHW)")
 
 
 def main(argv):
@@ -270,8 +273,9 @@ def main(argv):
     return 2
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
   jax_rows, step_ms = jax_layers(net, batch, repeats, peak, bw)
-  torch_ms = torch_layers(f.torch_python, net, batch, repeats) if f.torch_python else {}
-  s = summarize(jax_rows, torch_ms, step_ms, cpu_race.step_gflop(net, batch), peak)
+  theirs = torch_layers(f.torch_python, net, batch, repeats) if f.torch_python else {"ms": {}, "layout": {}}
+  s = summarize(jax_rows, theirs["ms"], step_ms, cpu_race.step_gflop(net, batch), peak)
+  s["torch_layouts"] = theirs["layout"]
   print_summary(s, net, batch, bw)
   if f.out:
     write_json_atomic(f.out, {"net": net, "batch": batch, "summary": s, "stream_gbps": bw,

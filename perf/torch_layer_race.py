@@ -8,7 +8,8 @@ models' (``torch_cpu_race``), one at a time: the R-MNIST net's conv1, conv2 (eac
 pool, 512-512-128, L2 normalization); then the loss (SupCon over the current task's anchors + IRD). A layer's time
 is the median of its forward and backward on 2B rows (the input gradient too, except the first layer's) plus the
 median of its forward without gradient in eval mode (the past model's, as the race runs it); the loss has no past
-part. Prints one JSON line: {layer: ms}.
+part. Layers on images run in NCHW and in channels_last; the faster counts. Prints one JSON line:
+{"ms": {layer: ms}, "layout": {layer: the faster layout}}.
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ def layer_ms(layer: torch.nn.Module, x: torch.Tensor, input_grad: bool, repeats:
   return train_ms + past_ms
 
 
+def best_layout_ms(layer: torch.nn.Module, x: torch.Tensor, input_grad: bool, repeats: int) -> tuple[float, str]:
+  """(ms, layout): the faster of NCHW and channels_last for a layer on images (oneDNN's convolutions run several
+  times faster in channels_last on some of these shapes, slower on others); other layers as they are."""
+  times = {"nchw": layer_ms(layer, x.clone(), input_grad, repeats)}
+  if x.dim() == 4:
+    cl = torch.channels_last
+    times["channels_last"] = layer_ms(layer.to(memory_format=cl), x.contiguous(memory_format=cl), input_grad,
+                                      repeats)
+  layout = min(times, key=times.get)
+  return times[layout], layout
+
+
 def loss_ms(batch: int, dim: int, tau: float, repeats: int) -> float:
   z, zp = torch.randn(2 * batch, dim, requires_grad=True), torch.randn(2 * batch, dim)
   labels = torch.randint(0, 10, (batch,))
@@ -92,11 +105,12 @@ def main():
   ap.add_argument("--repeats", type=int, default=7)
   args = ap.parse_args()
   torch.manual_seed(0)
-  out = {name: layer_ms(layer, torch.randn(2 * args.batch, *shape), i > 0, args.repeats)
-         for i, (name, (layer, shape)) in enumerate(layers(args.net).items())}
+  ms, layout = {}, {}
+  for i, (name, (layer, shape)) in enumerate(layers(args.net).items()):
+    ms[name], layout[name] = best_layout_ms(layer, torch.randn(2 * args.batch, *shape), i > 0, args.repeats)
   dim, tau = (500, 0.1) if args.net == "mnistnet" else (128, 0.5)  # the race's embedding and SupCon tau
-  out["loss"] = loss_ms(args.batch, dim, tau, args.repeats)
-  print(json.dumps(out))
+  ms["loss"] = loss_ms(args.batch, dim, tau, args.repeats)
+  print(json.dumps({"ms": ms, "layout": layout}))
 
 
 if __name__ == "__main__":

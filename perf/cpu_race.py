@@ -5,8 +5,9 @@
 For each net (the R-MNIST net at batch 256, ResNet-18 at a CPU-sized batch) it
 times lasp_jax's compiled train step with the past model (two views augmented on
 the device, SupCon + IRD, SGD), then runs ``perf/torch_cpu_race.py`` under
-``PY`` twice: the published way (DataLoader workers, PIL transforms) and with the
-images in memory augmented by batched torch ops. The PyTorch processes run one at
+``PY`` three times: the published way (DataLoader workers, PIL transforms), with the
+images in memory augmented by batched torch ops, and the same in channels_last (oneDNN's
+convolutions run faster in it here). The PyTorch processes run one at
 a time after lasp_jax's timing, so neither side shares the two cores with the
 other. Each ratio is lasp_jax samples/s over the faster PyTorch variant.
 
@@ -125,7 +126,7 @@ def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quic
     rows.append(dict(component=f"cpu race {net}: lasp_jax step (+past, aug)", shape=f"batch {batch}",
                      median_s=round(batch / jax_sps, 4), throughput=f"{jax_sps:.1f} samples/s"))
     best = 0.0
-    for variant in ("loader", "tensor"):
+    for variant in ("loader", "tensor", "tensor_cl"):
       r = torch_samples_per_s(torch_python, net, variant, batch, torch_steps)
       rows.append(dict(component=f"cpu race {net}: PyTorch {variant}", shape=f"batch {batch}",
                        median_s=round(r["step_s"], 4), throughput=f"{r['samples_per_s']:.1f} samples/s"))

@@ -18,6 +18,8 @@ SupCon (current-task anchors) + IRD, backward, SGD with momentum and weight deca
   tensor  images already in memory as a uint8 tensor, both views made with
           batched torch ops (one affine grid per image: rotation x crop (x flip);
           CIFAR also brightness/contrast/saturation jitter and grayscale).
+  tensor_cl  ``tensor`` with the models and the views in channels_last (oneDNN's convolutions run
+          faster in it on this project's CPUs: BENCHMARKS.md, the layer race).
 
 Prints one JSON line: {"net", "variant", "batch", "samples_per_s", "step_s", "threads"}.
 """
@@ -117,7 +119,7 @@ def tensor_views(x: torch.Tensor, net: str) -> torch.Tensor:
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--net", choices=["mnistnet", "resnet18"], default="mnistnet")
-  ap.add_argument("--variant", choices=["loader", "tensor"], default="loader")
+  ap.add_argument("--variant", choices=["loader", "tensor", "tensor_cl"], default="loader")
   ap.add_argument("--batch", type=int, default=256)
   ap.add_argument("--steps", type=int, default=8)
   ap.add_argument("--warmup", type=int, default=2)
@@ -130,6 +132,8 @@ def main():
   images = rng.integers(0, 256, (n_images,) + shape, dtype=np.uint8)
   labels = rng.integers(0, 10, n_images)
   model = mnist_net() if args.net == "mnistnet" else resnet18()
+  layout = torch.channels_last if args.variant == "tensor_cl" else torch.contiguous_format
+  model = model.to(memory_format=layout)
   past = copy.deepcopy(model).eval()
   opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
   tau = 0.1 if args.net == "mnistnet" else 0.5
@@ -158,7 +162,7 @@ def main():
     it = iter(range(0, n_images, args.batch))
     def next_batch():
       i = next(it)
-      return tensor_views(data[i:i + args.batch], args.net), ys[i:i + args.batch]
+      return tensor_views(data[i:i + args.batch], args.net).contiguous(memory_format=layout), ys[i:i + args.batch]
 
   for _ in range(args.warmup):
     step(*next_batch())

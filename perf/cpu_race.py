@@ -103,13 +103,17 @@ def step_gflop(net: str, batch: int) -> float:
   return roofline.jaxpr_flops(traced.jaxpr) / 1e9
 
 
-def torch_samples_per_s(python: str, net: str, variant: str, batch: int, steps_n: int) -> dict:
-  cmd = [python, "perf/torch_cpu_race.py", f"--net={net}", f"--variant={variant}", f"--batch={batch}",
-         f"--steps={steps_n}", "--warmup=1" if net == "resnet18" else "--warmup=2"]
+def torch_json(cmd: list) -> dict:
+  """The last stdout line, as JSON, of a PyTorch-side script (``cmd``: its python, the script and its flags)."""
   out = subprocess.run(cmd, capture_output=True, text=True, check=False)
   if out.returncode != 0:
     raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip().splitlines()[-1:]}")
   return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def torch_samples_per_s(python: str, net: str, variant: str, batch: int, steps_n: int) -> dict:
+  return torch_json([python, "perf/torch_cpu_race.py", f"--net={net}", f"--variant={variant}", f"--batch={batch}",
+                     f"--steps={steps_n}", "--warmup=1" if net == "resnet18" else "--warmup=2"])
 
 
 def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quick: bool = False) -> dict:

@@ -30,6 +30,10 @@ class Cost:
   flops: float
   shape: str
 
+  def bound_ms(self, peak_gflops: float, bw_gbps: float) -> float:
+    """Its roofline bound: max(FLOPs / matmul rate, least bytes / stream bandwidth), in milliseconds."""
+    return max(self.flops / peak_gflops, self.bytes / bw_gbps) / 1e6
+
 
 def _nbytes(type_text: str) -> int:
   return sum(_BYTES[t] * int(np.prod([int(d) for d in dims.split(",") if d])) for t, dims in _ARRAY.findall(type_text))

@@ -22,9 +22,7 @@ it. One run, one machine: figures to compare, not to assert.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from typing import Any
 
@@ -40,7 +38,6 @@ from perf import cpu_race, hlo_cost, roofline
 
 LAYERS = {"mnistnet": ("conv1", "conv2", "fc", "head", "loss"),
           "resnet18": ("stem", "layer1", "layer2", "layer3", "layer4", "head", "loss")}
-
 
 
 def define_flags():
@@ -162,13 +159,13 @@ def loss_fn(cfg: steps.LossConfig, labels, is_current):
   return fn
 
 
-def layer_programs(net: str, batch: int, plain: bool = False):
-  """(the race's run, {layer: [(fn, args), ...]}): the jittable calls a layer's share of the step is made of
-  (train: forward and backward; past: the past model's forward, in the step's BatchNorm mode), with the step's
+def layer_programs(run, plain: bool = False) -> dict:
+  """{layer: [(fn, args), ...]}: the jittable calls a layer's share of the race run's step is made of (train:
+  forward and backward; past: the past model's forward, in the step's BatchNorm mode), with the step's
   convolution gradients, or ``plain``: lax's convolutions (for counting FLOPs)."""
-  run, *_ = cpu_race.race_chunk(net, batch, 1)
   conv_backward = "xla" if plain else cpu_kernels.of_model(run.config.model).conv_backward
   cfg = steps.loss_config(run.config, run.stream)
+  batch = run.config.train.batch_size
   rows, rng = 2 * batch, np.random.default_rng(0)
   rand = lambda *shape: jnp.asarray(rng.standard_normal(shape, np.float32))  # noqa: E731
   variables = run.state.variables()
@@ -185,18 +182,20 @@ def layer_programs(net: str, batch: int, plain: bool = False):
   labels = jnp.asarray(rng.integers(0, 10, batch))
   dim = run.config.model.embedding_dim
   programs["loss"] = [(jax.grad(loss_fn(cfg, labels, labels >= 5)), (rand(rows, dim), rand(rows, dim)))]
-  return run, programs
+  return programs
 
 
 def bound_ms(costs: dict, peak: float, bw: float) -> float:
   """A compiled program's roofline: each instruction at max(FLOPs / matmul rate, least bytes / stream bandwidth)."""
-  return sum(max(c.flops / peak, c.bytes / bw) for c in costs.values()) / 1e6
+  return sum(c.bound_ms(peak, bw) for c in costs.values())
 
 
 def jax_layers(net: str, batch: int, repeats: int, peak: float, bw: float) -> tuple[dict, float]:
   """({layer: {gflop, ms, bound_ms}}, the whole step's ms), timed with the step's kernels and XLA options."""
-  run, programs = layer_programs(net, batch)
-  _, counted = layer_programs(net, batch, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's)
+  race = cpu_race.race_chunk(net, batch, 1)
+  run = race[0]
+  programs = layer_programs(run)
+  counted = layer_programs(run, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's)
   out = {}
   for name in LAYERS[net]:
     row = {"gflop": 0.0, "ms": 0.0, "bound_ms": 0.0}
@@ -206,17 +205,14 @@ def jax_layers(net: str, batch: int, repeats: int, peak: float, bw: float) -> tu
       row["bound_ms"] += bound_ms(hlo_cost.costs(compiled.as_text()), peak, bw)
       row["gflop"] += roofline.jaxpr_flops(jax.make_jaxpr(plain)(*args)) / 1e9
     out[name] = row
-  step_ms = roofline.median_seconds(cpu_race.chunk_call(net, batch, 1), (), repeats) * 1e3
+  step_ms = roofline.median_seconds(cpu_race.call_of(*race), (), repeats) * 1e3
   return out, step_ms
 
 
 def torch_layers(python: str, net: str, batch: int, repeats: int) -> dict:
   """{"ms": {layer: ms}, "layout": {layer: PyTorch's faster layout}} from perf/torch_layer_race.py under ``python``."""
-  cmd = [python, "perf/torch_layer_race.py", f"--net={net}", f"--batch={batch}", f"--repeats={repeats}"]
-  out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-  if out.returncode != 0:
-    raise RuntimeError(f"{' '.join(cmd)} failed: {out.stderr.strip().splitlines()[-1:]}")
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return cpu_race.torch_json([python, "perf/torch_layer_race.py", f"--net={net}", f"--batch={batch}",
+                              f"--repeats={repeats}"])
 
 
 def summarize(jax_rows: dict, torch_ms: dict, step_ms: float, useful_gflop: float, peak: float) -> dict:

@@ -91,9 +91,9 @@ def bound_rows(ns, count, costs: dict, steps_n: int, peak: float, bw: float) -> 
   rows = []
   for name, c in costs.items():
     per_step = count[name] / steps_n if name in count else 1.0
-    bound = max(c.flops / (peak * 1e9), c.bytes / (bw * 1e9)) * per_step
     rows.append({"name": name, "op": c.op, "shape": c.shape, "ms": ns.get(name, 0) / 1e6 / steps_n,
-                 "mb": c.bytes / 1e6 * per_step, "gflop": c.flops / 1e9 * per_step, "bound_ms": bound * 1e3,
+                 "mb": c.bytes / 1e6 * per_step, "gflop": c.flops / 1e9 * per_step,
+                 "bound_ms": c.bound_ms(peak, bw) * per_step,
                  "matmul": c.flops > 0, "traced": name in count})
   return sorted(rows, key=lambda r: (-r["ms"], -r["bound_ms"]))
 

@@ -116,6 +116,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
   if config.memory.size == 0 and config.lasp.srs_data == "onlypast" and (uses_sd(config) or uses_gm(config)):
     raise ConfigError("lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0: nothing to search")
+  if config.data.get("validation_per_class", 0) < 0:
+    raise ConfigError(f"data.validation_per_class must be >= 0, got {config.data.validation_per_class}")
+  unknown = [n for n in config.eval.get("final_readouts", ()) if n not in choices.PROBES]
+  if unknown:
+    raise ConfigError(f"eval.final_readouts: unknown read-out {', '.join(unknown)}; expected some of "
+                      f"{', '.join(choices.PROBES)}")
   if config.data.get("train_per_class", 0) < 0:
     raise ConfigError(f"data.train_per_class must be >= 0 (0: every training image), got "
                       f"{config.data.train_per_class}")
@@ -225,8 +231,8 @@ def _matters(key: str) -> bool:
 # Keys added after runs were recorded, with the value that reproduces those runs: at that
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
 LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
-              "lasp.subset": "searched", "train.tail_multiple": 0,
-              "eval.decay_epochs": []}  # flat() gives tuples as lists
+              "lasp.subset": "searched", "train.tail_multiple": 0, "data.validation_per_class": 0,
+              "eval.decay_epochs": [], "eval.final_readouts": []}  # flat() gives tuples as lists
 
 
 def _value(d: dict, key: str):

@@ -37,6 +37,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.class_order = ()        # a permutation of the labels; () = natural order
   c.data.split_seed = 0          # mnist5k / synthetic train-test split (fixed across run seeds)
   c.data.train_per_class = 0     # > 0: a class-stratified subset of the training set (split_seed); 0 = all
+  c.data.validation_per_class = 0  # > 0: as many training images per class held out to choose settings on
   c.data.rmnist_test_uses_last_angle = False  # published bug: every test copy at the last angle
   c.data.rotation_angles = ()    # domain scenario: explicit degrees, one per task; () = drawn from the seed
   c.data.synthetic = ml_collections.ConfigDict(dict(num_classes=4, image_size=8, channels=3,
@@ -123,4 +124,5 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.select_best_on_test = False  # published: best epoch on the test set
   c.eval.raw_pixels = True       # baseline: converged linear classifier on raw pixels, final probe's data
   c.eval.standardize = False     # probe on (x - mean) / std of its training features (published: raw features)
+  c.eval.final_readouts = ()     # more read-outs after the last task (sgd, lbfgs), each beside eval.probe's
   return c

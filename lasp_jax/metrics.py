@@ -83,3 +83,36 @@ def cell(ms, paper=None) -> str:
   if paper is not None:
     text += f" [paper {paper[0]:.2f}; Δ {mean - paper[0]:+.2f}]"
   return text
+
+
+def t_quantile(dof: int, level: float = 0.95) -> float:
+  """The two-sided ``level`` quantile of Student's t with ``dof`` degrees of freedom (scipy, which jax needs)."""
+  from scipy import stats  # noqa: PLC0415  (only the tables use it)
+  return float(stats.t.ppf(0.5 + level / 2, dof))
+
+
+def paired_interval(diffs: Iterable[Optional[float]], level: float = 0.95):
+  """(mean, half-width, n) of the ``level`` confidence interval of the mean paired difference, t with n - 1
+  degrees of freedom over the finite values; half-width None for n < 2."""
+  mean, std, n = mean_std(diffs)
+  if n < 2:
+    return mean, None, n
+  return mean, t_quantile(n - 1, level) * std / math.sqrt(n), n
+
+
+def interval_verdict(mean: Optional[float], half: Optional[float]) -> str:
+  """What the interval says: the sign when it excludes 0, else that no difference was detected at its width."""
+  if mean is None or half is None:
+    return "too few pairs"
+  if abs(mean) > half:
+    return "above (interval excludes 0)" if mean > 0 else "below (interval excludes 0)"
+  return f"no difference detected (±{half:.2f})"
+
+
+def interval_cell(diffs, level: float = 0.95) -> tuple[int, str, str]:
+  """(pairs, 'mean [lo, hi]', verdict) of paired differences, for a table row."""
+  mean, half, n = paired_interval(diffs, level)
+  if mean is None:
+    return 0, "–", "too few pairs"
+  text = f"{mean:+.2f}" if half is None else f"{mean:+.2f} [{mean - half:+.2f}, {mean + half:+.2f}]"
+  return n, text, interval_verdict(mean, half)

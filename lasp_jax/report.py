@@ -155,6 +155,8 @@ def results(config, stream, rs, *, wall_time_s: float) -> dict:
       "wall_time_s": round(wall_time_s, 2),
       "provenance": provenance.provenance(),
       **({} if s.given_boundaries else {"boundary_detection": s.detection_record(rs)}),
+      **({"readouts": rs.readouts} if rs.readouts else {}),
+      **({"validation": rs.validation} if rs.validation else {}),
   }
 
 

@@ -86,6 +86,8 @@ class RunState:
   timing: dict = dataclasses.field(default_factory=dict)       # phase -> seconds
   extra: list = dataclasses.field(default_factory=list)        # what on_task_end hooks returned
   baselines: dict = dataclasses.field(default_factory=dict)
+  readouts: dict = dataclasses.field(default_factory=dict)     # eval.final_readouts on the test images
+  validation: dict = dataclasses.field(default_factory=dict)   # read-outs on the validation images
   detection: Detection = dataclasses.field(default_factory=Detection)
 
   @classmethod

@@ -89,8 +89,11 @@ class ContinualRun(epochs.Learner):
     self.rs = RunState.fresh(s, config.model.embedding_dim)
     self.data = DeviceData(put(self.dataset.train_images), put(s.train_labels), None, None)
     self._put_slots()  # the training images' angles and tags are per slot; the test copies' per task
-    self.test_data = DeviceData(put(self.dataset.test_images), put(s.test_labels), put(s.test_angles, np.float32),
-                                put(np.arange(s.num_tasks), np.int32))
+    held = lambda stream, images: DeviceData(put(images), put(stream.test_labels), put(stream.test_angles, np.float32),
+                                             put(np.arange(stream.num_tasks), np.int32))
+    self.test_data = held(s, self.dataset.test_images)
+    vs = streams.validation_stream(self.dataset, config)  # (stream, device data) of the validation images
+    self.validation = None if vs is None else (vs, held(vs, self.dataset.validation_images))
     # Built on the default device, then replicated: one init program whatever the mesh.
     sample_shape = (2,) + tuple(self.dataset.train_images.shape[1:])
     self.state: TrainState = jax.device_put(create_train_state(self.model, self.tx, sample_shape, config.seed),
@@ -178,6 +181,9 @@ class ContinualRun(epochs.Learner):
       if last and self.config.eval.raw_pixels:
         self.rs.baselines = {"raw_pixels": self.timed("baselines_s", functools.partial(evaluate.raw_pixels, self,
                                                                                       pd=pd), t)}
+      if last:
+        self.rs.readouts, self.rs.validation = self.timed("probe_s", functools.partial(evaluate.final_readouts,
+                                                                                       self, pd=pd), t)
     if self.on_task_end is not None:
       self.rs.extra.append({"task": t, **(self.on_task_end(self, t) or {})})
     self.rs.progress = dataclasses.replace(self.rs.progress, task=t + 1, epoch=0, call=0, boundary_done=False,

@@ -27,6 +27,7 @@ import io
 import os
 import pathlib
 import pickle
+from typing import Optional
 
 import numpy as np
 
@@ -42,10 +43,15 @@ class ArrayDataset:
   test_images: np.ndarray
   test_labels: np.ndarray
   num_classes: int
+  # Held out of the training images (carve): the digits settings are chosen on, never trained or tested on.
+  validation_images: Optional[np.ndarray] = None
+  validation_labels: Optional[np.ndarray] = None
 
   def __post_init__(self):
-    for split in ("train", "test"):
+    for split in ("train", "test", "validation"):
       x, y = getattr(self, f"{split}_images"), getattr(self, f"{split}_labels")
+      if x is None and split == "validation":
+        continue
       if x.dtype != np.uint8 or x.ndim != 4 or len(x) != len(y):
         raise DataError(f"{self.name}: {split} images must be uint8 NHWC with one label each, "
                         f"got {x.dtype} {x.shape} and {len(y)} labels")
@@ -54,6 +60,8 @@ class ArrayDataset:
                         f"{int(np.min(y))}..{int(np.max(y))}")
     self.train_labels = self.train_labels.astype(np.int32)
     self.test_labels = self.test_labels.astype(np.int32)
+    if self.validation_labels is not None:
+      self.validation_labels = self.validation_labels.astype(np.int32)
 
 
 HOW_TO_GET = {
@@ -102,10 +110,37 @@ def train_subset(data: ArrayDataset, per_class: int, seed: int) -> ArrayDataset:
   A class with fewer images keeps all of them. Shrinks a protocol along its data axis (e.g. the digits of
   each Rotated-MNIST domain) without touching anything else.
   """
-  if per_class <= 0:
+  return carve(data, train_per_class=per_class, validation_per_class=0, seed=seed)
+
+
+def carve(data: ArrayDataset, *, train_per_class: int, validation_per_class: int, seed: int) -> ArrayDataset:
+  """``data`` with its training images split, per class, into the ones a run trains on and a validation set.
+
+  One seeded permutation per class (``stratified_split``'s): with ``train_per_class`` > 0 the first
+  ``train_per_class`` train (the subset ``train_subset`` keeps, so adding a validation set changes no training
+  image) and the next ``validation_per_class`` validate; with ``train_per_class`` = 0 the first
+  ``validation_per_class`` validate and the rest train. The test images are never touched.
+  """
+  if train_per_class <= 0 and validation_per_class <= 0:
     return data
-  _, keep = stratified_split(data.train_labels, per_class, seed)  # its "test" part: the first per_class of each
-  return dataclasses.replace(data, train_images=data.train_images[keep], train_labels=data.train_labels[keep])
+  rng = np.random.default_rng(seed)
+  train, val = [], []
+  for c in np.unique(data.train_labels):
+    idx = rng.permutation(np.flatnonzero(data.train_labels == c))
+    if train_per_class > 0:
+      train.append(idx[:train_per_class])
+      val.append(idx[train_per_class:train_per_class + validation_per_class])
+    else:
+      val.append(idx[:validation_per_class])
+      train.append(idx[validation_per_class:])
+    if len(val[-1]) < validation_per_class:
+      raise DataError(f"{data.name}: class {c} has {len(idx)} training images, too few for "
+                      f"{max(train_per_class, 0)} training and {validation_per_class} validation images")
+  keep, held = np.sort(np.concatenate(train)), np.sort(np.concatenate(val))
+  extra = {} if validation_per_class <= 0 else dict(validation_images=data.train_images[held],
+                                                    validation_labels=data.train_labels[held])
+  return dataclasses.replace(data, train_images=data.train_images[keep], train_labels=data.train_labels[keep],
+                             **extra)
 
 
 def load_mnist5k(data_dir=None, split_seed: int = 0, test_per_class: int = 100, **_) -> ArrayDataset:

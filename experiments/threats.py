@@ -144,14 +144,14 @@ def choose(rows, readout: str = "lbfgs") -> dict:
   as the others. Reads no test figure."""
   out = {}
   for method in METHODS:
-    by = {}
-    for w in LAMBDAS:
-      rs = [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
-      if rs and all(r["validation"] is not None for r in rs):
-        by[w] = (sorted(r["seed"] for r in rs), aggregate.mean_std(r["validation"][readout] for r in rs)[0])
-    seeds = [s for s, _ in by.values()]
-    if len(by) == len(LAMBDAS) and all(s == seeds[0] for s in seeds):
-      means = {w: m for w, (_, m) in by.items()}
+    cells = {w: [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
+             for w in LAMBDAS}
+    seeds = {w: sorted(r["seed"] for r in rs) for w, rs in cells.items()}
+    if not all(seeds.values()) or any(s != seeds[LAMBDAS[0]] for s in seeds.values()):
+      continue  # the grid is not whole yet
+    means = {w: aggregate.mean_std(r["validation"][readout] for r in rs)[0] for w, rs in cells.items()
+             if all(r["validation"] is not None for r in rs)}
+    if means:
       out[method] = (max(means, key=means.get), means)
   return out
 
@@ -195,7 +195,7 @@ def table(rows, chosen) -> str:
   if chosen:
     lines += ["## The choice (validation only)", "",
               aggregate.markdown_table(["method", "chosen lambda", *(f"validation at {lam(w)}" for w in LAMBDAS)],
-                                       [[m, lam(w), *(f"{means[x]:.2f}" for x in LAMBDAS)]
+                                       [[m, lam(w), *(f"{means[x]:.2f}" if x in means else "diverged" for x in LAMBDAS)]
                                         for m, (w, means) in chosen.items()]), ""]
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",

@@ -1,0 +1,118 @@
+"""The validation split (held-out training digits), the read-outs scored on it, the choice of a setting on it,
+and the paired t intervals every table reports."""
+
+import math
+
+import numpy as np
+import pytest
+
+from experiments import threats
+from lasp_jax import config_lib, evaluate, metrics, train
+from lasp_jax.data import sources, streams
+from lasp_jax.errors import ConfigError, DataError
+from tests.conftest import two_tasks
+
+pytestmark = pytest.mark.xdist_group("train")
+
+
+def _unique_dataset(train_per_class=30, test_per_class=10, classes=4):
+  """Images that encode their own row (no two alike), train and test drawn from disjoint codes."""
+  def make(n, start):
+    codes = np.arange(start, start + n * classes)
+    images = np.zeros((len(codes), 4, 4, 1), np.uint8)
+    images[:, 0, 0, 0], images[:, 0, 1, 0] = codes % 256, codes // 256
+    return images, np.repeat(np.arange(classes), n)[np.random.default_rng(0).permutation(len(codes))]
+  return sources.ArrayDataset("unique", *make(train_per_class, 0), *make(test_per_class, 10_000), classes)
+
+
+def _rows(images):
+  return {bytes(x.tobytes()) for x in images}
+
+
+@pytest.mark.parametrize("train_per_class", [10, 0])
+def test_validation_digits_are_disjoint_from_training_and_test_digits(train_per_class):
+  data = _unique_dataset()
+  out = sources.carve(data, train_per_class=train_per_class, validation_per_class=5, seed=3)
+  train, val, test = _rows(out.train_images), _rows(out.validation_images), _rows(out.test_images)
+  assert len(val) == 5 * 4 and np.all(np.bincount(out.validation_labels) == 5)
+  assert not val & train and not val & test and test == _rows(data.test_images)
+  assert val | train <= _rows(data.train_images)
+  if train_per_class:
+    # The training subset is the one a run without a validation set trains on: adding one changes no run.
+    same = sources.train_subset(data, train_per_class, 3)
+    np.testing.assert_array_equal(out.train_images, same.train_images)
+    np.testing.assert_array_equal(out.train_labels, same.train_labels)
+  else:
+    assert len(train) + len(val) == len(data.train_labels)
+
+
+def test_too_few_training_images_for_the_validation_set_is_one_error():
+  with pytest.raises(DataError, match="too few"):
+    sources.carve(_unique_dataset(), train_per_class=28, validation_per_class=5, seed=0)
+
+
+@pytest.mark.parametrize("key, value, match", [("data.validation_per_class", -1, "validation_per_class"),
+                                               ("eval.final_readouts", ("bogus",), "final_readouts")])
+def test_bad_validation_settings_are_refused(key, value, match):
+  with pytest.raises(ConfigError, match=match):
+    config_lib.validate(config_lib.resolved(two_tasks(**{key: value})))
+
+
+def test_the_validation_read_out_scores_exactly_as_the_test_read_out_on_the_same_rows(tmp_path):
+  run = train.ContinualRun(two_tasks(**{"data.validation_per_class": 20, "eval.final_readouts": ("lbfgs",)}),
+                           tmp_path)
+  vstream, _ = run.validation
+  np.testing.assert_array_equal(vstream.test_labels, run.dataset.validation_labels)  # natural class order
+  assert np.all(np.bincount(run.dataset.validation_labels) == 20) and len(vstream.test_labels) == 200
+  assert not _rows(run.dataset.validation_images) & _rows(run.dataset.train_images)
+  pd = evaluate.probe_data(run, 1)
+  test_figures = evaluate.EVALUATORS["lbfgs"](run, 1, pd).overall
+  # Handed the test images as its validation set, the validation path must give the test read-out's figures.
+  run.validation = (run.stream, run.test_data)
+  extra, validation = evaluate.final_readouts(run, 1, pd)
+  assert extra == {}  # eval.final_readouts names the run's own probe: nothing more on the test images
+  assert validation["lbfgs"]["overall"] == pytest.approx(test_figures, abs=1e-6)
+
+
+def _row(label, seed, val, test, failed=False):
+  return {"grid": "lambda", "method": label, "head": "centred", "seed": seed, "m1": None if failed else test,
+          "validation": None if failed else {"lbfgs": val}}
+
+
+def test_the_lambda_is_chosen_on_validation_accuracy_and_never_on_test_accuracy():
+  # Validation prefers lambda 2 for SD and 0.5 for Co2L; the test figures prefer the opposite ends.
+  val = {"SD": {0.5: 70, 1.0: 75, 2.0: 80, 5.0: 78}, "Co2L": {0.5: 88, 1.0: 86, 2.0: 84, 5.0: 80}}
+  test = {"SD": {0.5: 95, 1.0: 60, 2.0: 60, 5.0: 60}, "Co2L": {0.5: 50, 1.0: 50, 2.0: 50, 5.0: 99}}
+  rows = [_row(threats.lambda_variant(m, w).label, s, val[m][w] + s, test[m][w])
+          for m in val for w in threats.LAMBDAS for s in range(3)]
+  chosen = threats.choose(rows)
+  assert {m: w for m, (w, _) in chosen.items()} == {"SD": 2.0, "Co2L": 0.5}
+  assert chosen["SD"][1][2.0] == pytest.approx(81.0)
+  shuffled = [dict(r, m1=-r["m1"]) for r in rows]  # any test figures: the same choice
+  assert threats.choose(shuffled) == chosen
+  # A lambda with a diverged seed is never chosen; a grid with a missing lambda chooses nothing yet.
+  diverged = [_row(r["method"], r["seed"], 0, 0, failed=True) if r["method"] == "SD lambda2" and r["seed"] == 1
+              else r for r in rows]
+  assert threats.choose(diverged)["SD"][0] == 5.0
+  partial = [r for r in rows if r["method"] != "Co2L lambda5"]
+  assert "Co2L" not in threats.choose(partial) and threats.choose(partial)["SD"][0] == 2.0
+
+
+def test_paired_interval_hand_values():
+  # Three pairs 1, 2, 3: mean 2, std 1, t(0.975, 2 dof) = 4.302652729749464 (scipy.stats.t.ppf).
+  mean, half, n = metrics.paired_interval([1.0, 2.0, 3.0])
+  assert (mean, n) == (2.0, 3) and half == pytest.approx(4.302652729749464 / math.sqrt(3), rel=1e-12)
+  assert metrics.t_quantile(4) == pytest.approx(2.7764451051977987, rel=1e-12)
+  assert metrics.interval_cell([1.0, 2.0, 3.0]) == (3, "+2.00 [-0.48, +4.48]", "no difference detected (±2.48)")
+  assert metrics.interval_cell([-3.0, -3.5, -4.0])[2] == "below (interval excludes 0)"
+  assert metrics.interval_cell([5.0])[2] == "too few pairs" and metrics.interval_cell([])[0] == 0
+  assert metrics.paired_interval([1.0, None, float("nan"), 3.0])[2] == 2  # missing pairs do not count
+
+
+def test_validation_stream_is_none_without_a_validation_set():
+  data = _unique_dataset()
+  assert streams.validation_stream(data, two_tasks()) is None
+  held = sources.carve(data, train_per_class=10, validation_per_class=5, seed=0)
+  assert held.validation_images.shape == (20, 4, 4, 1)
+  small = two_tasks(**{"data.num_tasks": 2, "train.batch_size": 4, "memory.size": 4})
+  np.testing.assert_array_equal(streams.validation_stream(held, small).test_labels, held.validation_labels)

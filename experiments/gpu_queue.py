@@ -3,8 +3,11 @@
     python -m experiments.gpu_queue --out=results/rmnist_paper --budget_s=540   # as many cells as fit in 540 s
     python -m experiments.gpu_queue --table_only                               # table.md from the finished cells
 
-Cells, in this order (``CELLS``): SD and Co2L seeds 1-4 at memory 200 (seed 0 of both exists), GM and SD+GM seeds
-0-4, then the four methods at memory 500. Every cell is ``lasp_jax.main`` on configs/rmnist.py (SD searches on
+Cells, in this order (``queue()``): SD and Co2L on the centred head (``model.head_center=True``) seeds 0-2, the cells
+that decide results/equal_heads' verdict at the paper's scale; SD and Co2L seeds 1-4 at memory 200 (seed 0 of both
+exists); SD and Co2L on the centred head at the lambda results/threats chose for each on its validation split,
+seeds 0-2 (once that grid is whole); GM and SD+GM seeds 0-4; then the four methods at memory 500. Every cell is
+``lasp_jax.main`` on configs/rmnist.py (SD searches on
 ``onlypast``, the published R-MNIST command, as seed 0 did) with the probe after the last task only, in its own
 process. A cell starts only if the budget left covers its expected time (the slowest finished run of its method,
 or of any method, x 1.25; 180 s before any). ``--parallel=N`` runs N cells at once on the one device, each with
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 from absl import app, flags
 
@@ -59,25 +63,57 @@ class Cell:
   method: str
   seed: int
   memory: int = 200
+  head: str = "published"            # or "centred" (model.head_center=True, results/equal_heads' second head)
+  ird_weight: Optional[float] = None  # the distillation weight when not the config's (a tuned lambda)
 
   @property
   def name(self) -> str:
-    return f"{self.method}_seed{self.seed}" if self.memory == 200 else f"{self.method}_m{self.memory}_seed{self.seed}"
+    parts = [self.method, *([f"m{self.memory}"] if self.memory != 200 else []),
+             *(["centred"] if self.head == "centred" else []),
+             *([f"lambda{self.ird_weight:g}"] if self.ird_weight is not None else []), f"seed{self.seed}"]
+    return "_".join(parts)
 
   @property
   def pixels_key(self) -> str:
     """Raw pixels depend on the seed (angles, memory draws) and the memory size only."""
     return f"seed{self.seed}_m{self.memory}"
 
+  @property
+  def group(self) -> tuple:
+    """The table row the cell belongs to."""
+    return self.memory, self.head, self.ird_weight, self.method
+
   def overrides(self) -> list[str]:
     srs = ["lasp.srs_data=onlypast"] if self.method == "sd" else []
-    return [f"method={self.method}", f"seed={self.seed}", f"memory.size={self.memory}", *srs]
+    head = ["model.head_center=True"] if self.head == "centred" else []
+    lam = [f"train.ird_weight={self.ird_weight:g}"] if self.ird_weight is not None else []
+    return [f"method={self.method}", f"seed={self.seed}", f"memory.size={self.memory}", *srs, *head, *lam]
 
 
-CELLS = (tuple(Cell(m, s) for s in range(1, 5) for m in ("sd", "co2l"))
+# The cells that decide the equal-heads verdict first: the paper-scale pair on the centred head, then the
+# published head's seeds beside the stored seed 0; the tuned lambda pair (tuned_cells) follows them.
+CENTRED = tuple(Cell(m, s, head="centred") for s in range(3) for m in ("sd", "co2l"))
+CELLS = (CENTRED + tuple(Cell(m, s) for s in range(1, 5) for m in ("sd", "co2l"))
          + tuple(Cell(m, s) for m in ("gm", "sd_gm") for s in range(5))
          + tuple(Cell(m, s, 500) for m in ("sd", "co2l", "gm", "sd_gm") for s in range(5)))
 SEEN = (Cell("sd", 0), Cell("co2l", 0))  # run before the queue existed; tabulated with the rest
+THREATS = REPO / "results" / "threats" / "runs.json"
+
+
+def tuned_cells(path: pathlib.Path = THREATS) -> tuple:
+  """SD and Co2L on the centred head at the lambda results/threats chose for each on its validation split."""
+  chosen = _read(path).get("chosen", {}) if path.exists() else {}
+  names = {"SD": "sd", "Co2L": "co2l"}
+  return tuple(Cell(names[m], s, head="centred", ird_weight=float(c["lambda"]))
+               for s in range(3) for m, c in chosen.items() if m in names)
+
+
+def queue() -> tuple:
+  """Every cell in run order: the centred pair and the published head's seeds, the tuned pair, the rest."""
+  fixed = len(CENTRED) + 8
+  return CELLS[:fixed] + tuned_cells() + CELLS[fixed:]
+
+
 # Switches every cell sets: the probe once, after the last task (Table 1 reports it); no host-side raw-pixel fit
 # inside the run (the queue fits it meanwhile); 59 steps per device call (one R-MNIST task epoch is 118 steps).
 RUN_SWITCHES = ("eval.every_task=False", "eval.raw_pixels=False", "train.steps_per_call=59")
@@ -93,7 +129,7 @@ def state(out: pathlib.Path, cell: Cell) -> str:
 def expected_s(out: pathlib.Path, cell: Cell) -> float:
   """The slowest finished run of the cell's method (of any method if none) x 1.25; 180 s before any run."""
   walls = {}
-  for c in SEEN + CELLS:
+  for c in SEEN + queue():
     if state(out, c) == "done":
       walls.setdefault(c.method, []).append(json.loads((out / c.name / "results.json").read_text())["wall_time_s"])
   mine = walls.get(cell.method) or [w for ws in walls.values() for w in ws]
@@ -133,7 +169,7 @@ def collect_raw_pixels(out: pathlib.Path, procs: dict, wait_s: float) -> None:
     if p.returncode == 0 and lines:  # a fit that printed nothing has no figure to keep
       known[key] = json.loads(lines[-1])["raw_pixels"]
   write_json_atomic(out / "raw_pixels.json", known)
-  for c in SEEN + CELLS:
+  for c in SEEN + queue():
     path = out / c.name / "results.json"
     if state(out, c) == "done" and c.pixels_key in known:
       res = json.loads(path.read_text())
@@ -184,10 +220,10 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
             extra: list[str], with_raw_pixels: bool) -> None:
   """Runs batches of the next missing cells while the budget covers them; logs each batch's wall time."""
   t0, done = time.time(), 0
-  pixels = raw_pixels(out, [c for c in CELLS if state(out, c) == "missing"][:max(parallel, 4)],
+  pixels = raw_pixels(out, [c for c in queue() if state(out, c) == "missing"][:max(parallel, 4)],
                       extra) if with_raw_pixels else {}
   while True:
-    missing = [c for c in CELLS if state(out, c) == "missing"]
+    missing = [c for c in queue() if state(out, c) == "missing"]
     todo = missing[:parallel]
     if max_cells:
       todo = todo[:max_cells - done]
@@ -230,27 +266,32 @@ def write_table(out: pathlib.Path) -> None:
   """table.md: per memory and method, mean (std) over the finished seeds of both metrics, the paper beside."""
   rows, differ = [], set()
   pixels = _read(out / "raw_pixels.json")
-  for memory in (200, 500):
-    for method in LABELS:
-      cells = [c for c in SEEN + CELLS if c.method == method and c.memory == memory]
-      done = [c for c in cells if state(out, c) == "done"]
-      res = [json.loads((out / c.name / "results.json").read_text()) for c in done]
-      failed = [c.name for c in cells if state(out, c) == "failed"]
-      if not res and not failed:
-        continue
-      for c in done:
-        cfg = json.loads((out / c.name / "config.json").read_text())
-        differ |= {k for k, v in config_lib.PUBLISHED_PRESET.items() if cfg.get(k) != json.loads(json.dumps(v))}
-      flags_ = sorted({f"{r['seed']}: {', '.join(r['health']['checks'])}" for r in res
-                       if r.get("health", {}).get("checks")})
-      unchecked = sum("health" not in r for r in res)
-      paper = aggregate.PAPER_TABLE1[(memory, method)]["rmnist/domain_il"]
-      rows.append([memory, LABELS[method], f"{len(res)}" + (f" (+{len(failed)} failed)" if failed else ""),
-                   aggregate.cell(aggregate.mean_std(r["final"]["domain_il"] for r in res)),
-                   aggregate.cell(aggregate.mean_std(r["acc_matrix"]["domain_il"][-1][-1] for r in res), paper),
-                   aggregate.cell(aggregate.mean_std(_raw_pixels(c, r, pixels) for c, r in zip(done, res))),
-                   "; ".join(flags_) or ("ok" if not unchecked else f"not recorded in {unchecked}"),
-                   aggregate.cell(aggregate.mean_std(r["wall_time_s"] for r in res))])
+  every = SEEN + queue()
+  for group in sorted(dict.fromkeys(c.group for c in every), key=lambda g: (g[0], g[1] != "published",
+                                                                            g[2] or 0, list(LABELS).index(g[3]))):
+    memory, head, lam, method = group
+    cells = [c for c in every if c.group == group]
+    done = [c for c in cells if state(out, c) == "done"]
+    res = [json.loads((out / c.name / "results.json").read_text()) for c in done]
+    failed = [c.name for c in cells if state(out, c) == "failed"]
+    if not res and not failed:
+      continue
+    for c in done:
+      cfg = json.loads((out / c.name / "config.json").read_text())
+      differ |= {k for k, v in config_lib.PUBLISHED_PRESET.items() if cfg.get(k) != json.loads(json.dumps(v))}
+    flags_ = sorted({f"{r['seed']}: {', '.join(r['health']['checks'])}" for r in res
+                     if r.get("health", {}).get("checks")})
+    unchecked = sum("health" not in r for r in res)
+    paper = aggregate.PAPER_TABLE1[(memory, method)]["rmnist/domain_il"] if head == "published" and lam is None \
+        else None
+    label = LABELS[method] + ("" if head == "published" else ", centred head") + (
+        "" if lam is None else f", lambda {lam:g}")
+    rows.append([memory, label, f"{len(res)}" + (f" (+{len(failed)} failed)" if failed else ""),
+                 aggregate.cell(aggregate.mean_std(r["final"]["domain_il"] for r in res)),
+                 aggregate.cell(aggregate.mean_std(r["acc_matrix"]["domain_il"][-1][-1] for r in res), paper),
+                 aggregate.cell(aggregate.mean_std(_raw_pixels(c, r, pixels) for c, r in zip(done, res))),
+                 "; ".join(flags_) or ("ok" if not unchecked else f"not recorded in {unchecked}"),
+                 aggregate.cell(aggregate.mean_std(r["wall_time_s"] for r in res))])
   header = ["memory", "method", "seeds", "per-angle Domain-IL", "last-angle (A[T][T]) [paper, Table 1]",
             "raw pixels (per-angle)", "health flags (seed: checks)", "wall s"]
   text = ["# Paper-scale Rotated MNIST: mean (std) over seeds", "",

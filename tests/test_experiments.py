@@ -226,8 +226,16 @@ def _queue_cell(out, name, seed, final, last, wall, checks=None):
 
 def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
   names = [c.name for c in gpu_queue.CELLS]
-  assert names[:3] == ["sd_seed1", "co2l_seed1", "sd_seed2"] and names[8] == "gm_seed0"
-  assert names[-1] == "sd_gm_m500_seed4" and len(set(names)) == len(names) == 8 + 10 + 20
+  assert names[:3] == ["sd_centred_seed0", "co2l_centred_seed0", "sd_centred_seed1"] and names[14] == "gm_seed0"
+  assert names[6:9] == ["sd_seed1", "co2l_seed1", "sd_seed2"]
+  assert names[-1] == "sd_gm_m500_seed4" and len(set(names)) == len(names) == 6 + 8 + 10 + 20
+  assert "model.head_center=True" in gpu_queue.Cell("co2l", 0, head="centred").overrides()
+  # The tuned pair comes right after the fixed decisive cells once results/threats has chosen a lambda.
+  (tmp_path / "threats.json").write_text(json.dumps({"chosen": {"SD": {"lambda": 1.0}, "Co2L": {"lambda": 0.5}}}))
+  tuned = gpu_queue.tuned_cells(tmp_path / "threats.json")
+  assert [c.name for c in tuned[:2]] == ["sd_centred_lambda1_seed0", "co2l_centred_lambda0.5_seed0"]
+  assert "train.ird_weight=0.5" in tuned[1].overrides() and len(tuned) == 6
+  assert gpu_queue.tuned_cells(tmp_path / "none.json") == ()
   assert "lasp.srs_data=onlypast" in gpu_queue.Cell("sd", 1).overrides()  # as the stored seed 0
   assert not any("srs" in o for o in gpu_queue.Cell("co2l", 1).overrides())
   _queue_cell(tmp_path, "sd_seed0", 0, 94.0, 97.0, 100.0)
@@ -283,17 +291,19 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
                                    cwd=repo, capture_output=True, text=True, timeout=600)
   out = call("--budget_s=600", "--max_cells=1")
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "queue: 1 cells run; --max_cells=1 reached, 37 cells missing" in out.stdout, out.stdout
-  res = json.loads((tmp_path / "sd_seed1" / "results.json").read_text())
-  config = json.loads((tmp_path / "sd_seed1" / "config.json").read_text())
-  assert (res["seed"], config["method"], config["lasp.srs_data"], config["eval.every_task"]) == (1, "sd", "onlypast",
-                                                                                                 False)
+  left = len(gpu_queue.queue()) - 1
+  assert f"queue: 1 cells run; --max_cells=1 reached, {left} cells missing" in out.stdout, out.stdout
+  res = json.loads((tmp_path / "sd_centred_seed0" / "results.json").read_text())
+  config = json.loads((tmp_path / "sd_centred_seed0" / "config.json").read_text())
+  assert (res["seed"], config["method"], config["lasp.srs_data"], config["eval.every_task"],
+          config["model.head_center"]) == (0, "sd", "onlypast", False, True)
   assert res["baselines"]["raw_pixels"]["domain_il"] > 10.0  # fitted on the host meanwhile, written in
   log = json.loads((tmp_path / "queue_log.json").read_text())
-  assert [(b["cells"], b["ended"]) for b in log] == [(["sd_seed1"], ["sd_seed1"])]
-  assert "| 200 | SD (onlypast) | 1 |" in (tmp_path / "table.md").read_text()
+  assert [(b["cells"], b["ended"]) for b in log] == [(["sd_centred_seed0"], ["sd_centred_seed0"])]
+  assert "| 200 | SD (onlypast), centred head | 1 |" in (tmp_path / "table.md").read_text()
   again = call(f"--budget_s={int(res['wall_time_s'])}", "--raw_pixels=False")
-  assert again.returncode == 0 and "next ['co2l_seed1'] needs" in again.stdout, again.stdout
-  assert not (tmp_path / "co2l_seed1").exists() and len(json.loads((tmp_path / "queue_log.json").read_text())) == 1
+  assert again.returncode == 0 and "next ['co2l_centred_seed0'] needs" in again.stdout, again.stdout
+  assert not (tmp_path / "co2l_centred_seed0").exists()
+  assert len(json.loads((tmp_path / "queue_log.json").read_text())) == 1
   bad = call("--parallel=0")
   assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --parallel must be >= 1, got 0"]

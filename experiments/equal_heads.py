@@ -32,7 +32,7 @@ from absl import app, flags, logging
 from experiments import aggregate, lasp_gain, runner
 from experiments.lasp_gain import METRICS, Point
 from experiments.lasp_gain import POINTS as GAIN_POINTS
-from lasp_jax import config_lib
+from lasp_jax import config_lib, health
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -117,10 +117,11 @@ def row_of(point: Point, head: str, label: str, seed: int, res: dict) -> dict:
             "flags": ["diverged (non-finite loss): " + res["failed"].split(";")[0]]}
   (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
   value = lambda k, how: res["final"][k] if how == "final" else res["acc_matrix"][k][-1][-1]
-  first_flag = min((f["task"] for f in res["health"]["flags"]), default=None)
+  # Flags as today's checks read the run's curves (health.recheck; results/health_audit.md says what changed).
+  found = health.recheck(res)
   return {**base, "m1": value(k1, h1), "m2": value(k2, h2), "final_row": res["acc_matrix"][k1][-1],
           "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
-          "flags": res["health"]["checks"], "first_flagged_task": first_flag,
+          "flags": sorted({f.check for f in found}), "first_flagged_task": min((f.task for f in found), default=None),
           "train_s": res["timing"].get("train_s"), "wall_s": res.get("wall_time_s")}
 
 
@@ -159,19 +160,24 @@ def _ms(values) -> str:
   return aggregate.cell(aggregate.mean_std(values))
 
 
-def paired(rows, point: str, head: str, label: str, other: str = "Co2L", metric: str = "m1") -> list[float]:
-  """label − other per seed, both finished (the same seed draws the same angles, memory and data order)."""
+def paired(rows, point: str, head: str, label: str, other: str = "Co2L", metric: str = "m1",
+           unflagged: bool = False) -> list[float]:
+  """label − other per seed, both finished (the same seed draws the same angles, memory and data order);
+  ``unflagged``: only the seeds where neither run failed a health check."""
   by = {(r["method"], r["seed"]): r[metric] for r in rows
-        if r["point"] == point and r["head"] == head and r[metric] is not None}
+        if r["point"] == point and r["head"] == head and r[metric] is not None
+        and not (unflagged and r["flags"])}
   return [by[(label, s)] - by[(other, s)] for (m, s) in sorted(by) if m == label and (other, s) in by]
 
 
 def verdict(diffs) -> str:
-  """'level' unless the mean paired difference is beyond twice its std (n >= 3)."""
-  mean, std, n = aggregate.mean_std(diffs)
-  if n < 3:
-    return f"n={n}"
-  return "level" if abs(mean) <= 2 * std else ("above" if mean > 0 else "below")
+  """What the 95 % t interval of the mean paired difference says (metrics.interval_verdict)."""
+  return aggregate.interval_cell(diffs)[2]
+
+
+def _interval(diffs) -> str:
+  n, text, _ = aggregate.interval_cell(diffs)
+  return f"{text} (n={n})" if n else "–"
 
 
 def _cell(rows, point: str, head: str, label: str) -> list[dict]:
@@ -224,8 +230,10 @@ def table(rows) -> str:
   lines = ["# SD against Co2L on equal heads", "",
            "Produced by `python -m experiments.equal_heads` (its docstring has the protocol). Mean (std) over seeds,",
            "**flagged runs included** except in the column that says otherwise; `†k`: k runs of the row failed a",
-           "health check (every run and its checks: the last table). Differences are paired by seed; `level` when",
-           "|mean| ≤ 2 std of the paired differences.", ""]
+           "health check (every run and its checks: the last table). Differences are paired by seed (flagged",
+           "runs included, and apart in the last column) with a 95 % interval from the t distribution (n − 1",
+           "degrees of freedom); the verdict says whether it excludes 0. Dozens of differences are tested here:",
+           "at 95 % about one in twenty excludes 0 by chance, so a lone verdict carries little weight.", ""]
   for point in POINTS:
     if not any(r["point"] == point.name for r in rows):
       continue
@@ -241,23 +249,23 @@ def table(rows) -> str:
                     "SD all dims", "SD combined", "finetune"):
         g = paired(rows, point.name, head, label)
         if g:
-          diffs.append([head, f"{label} − Co2L", len(g), _ms(g), verdict(g),
-                        _ms(paired(rows, point.name, head, label, metric="m2"))])
+          diffs.append(_diff_row(rows, point.name, head, label, "Co2L"))
       # what each change does to SD itself; where SD stands against finetune, the bound a continual method must beat
       for label, other in [*((a, "SD onlycurrent") for a in ABLATION_OF_SD),
                            ("SD onlycurrent", "finetune"), ("SD onlypast", "finetune")]:
         g = paired(rows, point.name, head, label, other=other)
         if g:
-          diffs.append([head, f"{label} − {other}", len(g), _ms(g), verdict(g),
-                        _ms(paired(rows, point.name, head, label, other=other, metric="m2"))])
+          diffs.append(_diff_row(rows, point.name, head, label, other))
     for label in ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint"):
       g = [c - p for c, p in _head_pairs(rows, point.name, label)]
       if g:
-        diffs.append(["centred − published", label, len(g), _ms(g), verdict(g), ""])
+        diffs.append(["centred − published", label, len(g), _ms(g), _interval(g), verdict(g), "", ""])
     if diffs:
       (n1, _, _), (n2, _, _) = METRICS[point.scenario]
-      lines += ["### Paired differences (flagged runs included)", "",
-                aggregate.markdown_table(["head", "difference", "pairs", n1, "verdict", n2], diffs), ""]
+      lines += ["### Paired differences", "",
+                aggregate.markdown_table(["head", "difference", "pairs", f"{n1}: mean (std)",
+                                          "mean [95 % interval]", "verdict", f"{n2}: mean [95 % interval]",
+                                          f"{n1}, unflagged pairs only"], diffs), ""]
     if point.scenario == "domain":
       lines += by_domain(rows, point)
   lines += ["## Every run", "", aggregate.markdown_table(
@@ -267,6 +275,15 @@ def table(rows) -> str:
         _health(r),
         _num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
+
+
+def _diff_row(rows, point: str, head: str, label: str, other: str) -> list:
+  """A paired-differences row: every finished pair, its 95 % t interval and verdict, the second metric's
+  interval, and the interval over the pairs where neither run was flagged."""
+  g = paired(rows, point, head, label, other=other)
+  return [head, f"{label} − {other}", len(g), _ms(g), _interval(g), verdict(g),
+          _interval(paired(rows, point, head, label, other=other, metric="m2")),
+          _interval(paired(rows, point, head, label, other=other, unflagged=True))]
 
 
 def _head_pairs(rows, point: str, label: str):

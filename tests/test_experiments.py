@@ -191,10 +191,13 @@ def test_equal_heads_table_pairs_by_seed_against_co2l_and_finetune():
   text = equal_heads.table(rows)
   assert "| GM †1 | 2 (1 diverged) | 80.00 (0.00) |" in text  # listed and counted, never dropped
   assert "| d600 | centred | GM | 1 | failed | failed | 50.00 | † diverged (non-finite loss): task 1 |" in text
-  # SD - Co2L over seeds 0-3: -7, -5, -5, +8 -> mean -2.25, level; SD - finetune over 0-2: -5, -3, -3 -> below
-  assert "| centred | SD onlycurrent − Co2L | 4 | -2.25 (6.90) | level |" in text
-  assert "| centred | SD onlycurrent − finetune | 3 | -3.67 (1.15) | below |" in text
-  assert "| centred | finetune − Co2L | 3 | -2.00 (0.00) | below |" in text
+  # SD - Co2L over seeds 0-3: -7, -5, -5, +8 -> mean -2.25, std 6.90, t(3) 3.182: +-10.98, includes 0;
+  # SD - finetune over 0-2: -5, -3, -3 -> -3.67, std 1.155, t(2) 4.303: [-6.53, -0.80], below
+  assert ("| centred | SD onlycurrent − Co2L | 4 | -2.25 (6.90) | -2.25 [-13.23, +8.73] (n=4) | "
+          "no difference detected (±10.98) |") in text
+  assert ("| centred | SD onlycurrent − finetune | 3 | -3.67 (1.15) | -3.67 [-6.54, -0.80] (n=3) | "
+          "below (interval excludes 0) |") in text
+  assert "| centred | finetune − Co2L | 3 | -2.00 (0.00) | -2.00 [-2.00, -2.00] (n=3) | below" in text
   # the final row by quarters of the 20 domains: Co2L's oldest 84, 85, 86, 87 (mean 85.5), then 88-91 (89.5)
   assert "| centred | Co2L | 4 | 85.50 (1.29) | 89.50 (1.29) | 89.50 (1.29) | 89.50 (1.29) |" in text
   assert "| centred | GM | 1 | 76.00 (0.00) |" in text  # the diverged seed has no row to average

@@ -2,12 +2,13 @@
 
     python -m experiments.check_claims            # exit 1 and one line per unbacked figure, else a summary
 
-The *claims* are the decimal numbers in the README (all of it), in the tables of BENCHMARKS.md and of every
-results/**/README.md, and in the results blocks of the configs' docstrings. The *files* are what the
+The *claims* are the decimal numbers in the README and FINDINGS.md (all of them), in the tables of BENCHMARKS.md
+and of every results/**/README.md, and in the results blocks of the configs' docstrings. The *files* are what the
 experiments wrote: every JSON under results/ (benchmarks included; each number, and its roundings to
 2, 1 and 0 decimals), the generated tables and logs under results/ (the same), and the paper's numbers
 (experiments/aggregate.py). A claim is backed when its absolute value, as written, is among them; a figure
-that no file holds must be listed in TEXT_ONLY with the reason. A generated table is itself checked against its
+that no file holds must be listed in TEXT_ONLY with the reason. A ``<!-- from: FILE#HEADING -->`` line binds the
+figures after it to that file or section alone (``MARKER``). A generated table is itself checked against its
 runs by the experiment that writes it (``--aggregate_only`` rewrites it; tests/test_claims.py compares).
 """
 
@@ -175,7 +176,8 @@ def _docstring_lines(path: pathlib.Path) -> Iterator[tuple[int, str]]:
 
 def documents(root: pathlib.Path = REPO) -> list[tuple[pathlib.Path, Iterable[tuple[int, str]]]]:
   """(document, its numbered lines that make claims)."""
-  docs = [(root / "README.md", _all_lines((root / "README.md").read_text()))]
+  docs = [(root / name, _all_lines((root / name).read_text())) for name in ("README.md", "FINDINGS.md")
+          if (root / name).exists()]
   for path in [root / "BENCHMARKS.md", *sorted((root / "results").rglob("README.md"))]:
     if path.exists():
       docs.append((path, _md_table_lines(path.read_text())))
@@ -205,16 +207,82 @@ def scope_of(doc: pathlib.Path, root: pathlib.Path = REPO) -> pathlib.Path:
   return doc.parent if doc.parent != root and (root / "results") in doc.parents else root / "results"
 
 
+# A line ``<!-- from: PATH[#HEADING] ... -->`` ties the figures of the lines after it (to the next such line) to
+# those files, or to the part of a markdown file under the heading that starts with HEADING (to the next heading
+# of its level or higher): a figure that exists elsewhere but not in its cell fails. ``<!-- from: * -->`` ends it.
+MARKER = re.compile(r"<!--\s*from:\s*(.*?)\s*-->")
+
+
+def _section(text: str, heading: str) -> str:
+  lines, out, level = text.splitlines(), [], None
+  for line in lines:
+    m = re.match(r"^(#+)\s+(.*)", line)
+    if m and level is not None and len(m.group(1)) <= level:
+      break
+    if m and level is None and m.group(2).startswith(heading):
+      level = len(m.group(1))
+    if level is not None:
+      out.append(line)
+  if level is None:
+    raise ValueError(f"no heading starting with {heading!r}")
+  return "\n".join(out)
+
+
+def marked_forms(spec: str, root: pathlib.Path, cache: dict) -> set[str] | str:
+  """The forms of the figures the marker's files (or sections) hold, or a problem naming a missing one."""
+  forms: set[str] = set()
+  for item in spec.split():
+    path, _, heading = item.partition("#")
+    file = root / path
+    if not file.is_file():
+      return f"{path} does not exist"
+    if not heading:
+      if file not in cache:
+        cache[file] = _file_forms(file)
+      forms |= cache[file]
+      continue
+    try:
+      text = _section(file.read_text(), heading.replace("_", " "))
+    except ValueError as e:
+      return f"{path}: {e}"
+    forms |= {*(f for v in _text_numbers(text) for f in _forms(v)), *_pair_forms(text)}
+  return forms
+
+
+def _markers(path: pathlib.Path) -> dict[int, str]:
+  """Line number -> the marker in force on it (lines before any marker: none)."""
+  out, spec = {}, None
+  for i, line in enumerate(path.read_text().splitlines(), 1):
+    m = MARKER.search(line)
+    if m:
+      spec = None if m.group(1) == "*" else m.group(1)
+    elif spec:
+      out[i] = spec
+  return out
+
+
 def check(root: pathlib.Path = REPO) -> list[str]:
-  """One line per figure that no shipped file holds and TEXT_ONLY does not list."""
+  """One line per figure that no shipped file holds (or not the file its marker names) and TEXT_ONLY does not
+  list."""
   cache: dict = {}
   problems = []
   for path, lines in documents(root):
     forms = backing(scope_of(path, root), root, cache)
     rel = str(path.relative_to(root))
     allowed = TEXT_ONLY.get(rel, {})
+    marked, specs = _markers(path), {}
     for i, token, key in claims(lines):
-      if key not in forms and token not in allowed and key not in allowed:
+      if token in allowed or key in allowed:
+        continue
+      if i in marked:
+        spec = marked[i]
+        if spec not in specs:
+          specs[spec] = marked_forms(spec, root, cache)
+        if isinstance(specs[spec], str):
+          problems.append(f"{rel}:{i}: its marker: {specs[spec]}")
+        elif key not in specs[spec]:
+          problems.append(f"{rel}:{i}: {token} is not in {spec}")
+      elif key not in forms:
         problems.append(f"{rel}:{i}: {token} is in no shipped file")
   return problems
 

@@ -53,3 +53,16 @@ def test_the_generated_tables_regenerate_from_their_runs():
   assert "\n".join(lines) == (tf / "table.md").read_text()
   eh = REPO / "results" / "equal_heads"
   assert equal_heads.table(equal_heads.finished(eh)) == (eh / "table.md").read_text()
+
+
+def test_a_marked_figure_must_be_in_its_own_cell_not_merely_somewhere(tmp_path):
+  table = "# T\n\n## d600\n\n| SD − Co2L | -5.82 (1.25) |\n\n## d2500\n\n| SD − Co2L | -4.26 (1.16) |\n"
+  doc = ("<!-- from: results/x/table.md#d600 -->\nAt 600 digits SD − Co2L is -5.82 (1.25).\n"
+         "<!-- from: results/x/table.md#d2500 -->\nAt 2,500 digits it is -5.82 (1.25).\n<!-- from: * -->\n"
+         "Unmarked: -4.26 (1.16).\n<!-- from: results/x/missing.md -->\n1.50\n")
+  root = _tree(tmp_path, doc, table)
+  assert check_claims.check(root) == [
+      "README.md:4: -5.82 (1.25) is not in results/x/table.md#d2500",  # in the file, but in another point's cell
+      "README.md:8: its marker: results/x/missing.md does not exist"]
+  (root / "README.md").write_text("<!-- from: results/x/table.md#d7 -->\n1.25\n")
+  assert check_claims.check(root) == ["README.md:2: its marker: results/x/table.md: no heading starting with 'd7'"]

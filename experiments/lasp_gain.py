@@ -33,7 +33,7 @@ from absl import app, flags, logging
 
 from configs import mnist5k, rmnist
 from experiments import aggregate, runner
-from lasp_jax import config_lib, evaluate, probe, xla_cache
+from lasp_jax import config_lib, evaluate, health, probe, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -137,7 +137,9 @@ def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
     sgd = {"m1": sgd["per_angle"], "m2": sgd["last_angle"]}
   return {"point": point.name, "method": label, "seed": seed, "m1": value(k1, h1), "m2": value(k2, h2),
           "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
-          "flags": res.get("health", {}).get("checks", []), "train_s": res.get("timing", {}).get("train_s"),
+          # today's checks on the run's curves (health.recheck); a run without a health record stays unchecked
+          "flags": sorted({f.check for f in health.recheck(res)}) if "health" in res else [],
+          "train_s": res.get("timing", {}).get("train_s"),
           "wall_s": res.get("wall_time_s"), "sgd_probe": sgd,
           "commit": commit_of(res)}
 
@@ -214,7 +216,7 @@ def table(rows, points) -> str:
   lines = ["# SD against Co2L over the training budget (60,000-digit MNIST)", "",
            "Produced by `python -m experiments.lasp_gain` (see its docstring). Mean (std) over seeds, **flagged runs",
            "included**; † = some seed failed a health check (every run and its checks: the last table). SD − Co2L is",
-           "paired by seed.", ""]
+           "paired by seed, with a 95 % interval from the t distribution (n − 1 degrees of freedom).", ""]
   for scenario, title in (("domain", "Rotated MNIST (Domain-IL)"), ("class", "Split-MNIST (Class-IL)")):
     pts = [p for p in points if p.scenario == scenario and any(r["point"] == p.name for r in rows)]
     if not pts:
@@ -235,7 +237,9 @@ def table(rows, points) -> str:
       for sd in ("SD onlycurrent", "SD onlypast"):
         g = gains(rows, p.name, sd, "m1")
         if g:
-          lines.append(f"| {p.name} | | | **{sd} − Co2L** | **{_ms(g)}** | {_ms(gains(rows, p.name, sd, 'm2'))} | |")
+          n, text, word = aggregate.interval_cell(g)
+          lines.append(f"| {p.name} | | | **{sd} − Co2L** | **{_ms(g)}**; 95 % interval {text}, {word} | "
+                       f"{_ms(gains(rows, p.name, sd, 'm2'))} | |")
     lines.append("")
   checked = [r for r in rows if r["sgd_probe"]]
   if checked:

@@ -214,7 +214,7 @@ def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
   assert rows[2]["m2"] == 92.0  # last-angle = A[T][T]
   text = lasp_gain.table(rows, [p1])
   assert "SD onlycurrent† (1 seeds, 1 failed)" in text and "| p1 | SD onlycurrent | 1 | failed | failed |" in text
-  assert "**SD onlycurrent − Co2L** | **3.00 (0.00)** |" in text
+  assert "**SD onlycurrent − Co2L** | **3.00 (0.00)**; 95 % interval +3.00, too few pairs |" in text
 
 
 def _queue_cell(out, name, seed, final, last, wall, checks=None):

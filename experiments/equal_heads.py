@@ -339,12 +339,13 @@ def _panel(ax, point: Point, rows) -> None:
   raw = aggregate.mean_std(r["raw_pixels"] for r in rows)[0]
   if raw is not None:
     ax.axhline(raw, ls=":", color="grey", label=f"raw pixels, linear ({raw:.1f})")
+  ax.text(0.01, 0.02, "CPU points: L-BFGS read-out", transform=ax.transAxes, fontsize=6.5, color="grey")
   ticks = list(labels)
   if point.scenario == "domain":
     x = len(labels)
     for label, marker, dx in (("SD onlypast", "s", -0.18), ("Co2L", "D", 0.18)):
       ax.plot(x + dx, PAPER_SCALE[label], marker, color="black", mfc="none", ms=7,
-              label=f"{label}, paper scale (H200, published head, 1 seed)")
+              label=f"{label}, paper scale (H200, published head, 1 seed; published SGD probe)")
     ticks.append("paper scale\n60,000 digits")
   ax.set_xticks(range(len(ticks)), [t.replace(" ", "\n", 1) for t in ticks], fontsize=7)
   for marker, fill, text in (("o", "none", "published head (left, hollow)"), ("o", None, "centred head (right)"),
@@ -387,14 +388,15 @@ def curve(rows, path) -> None:
     color, style = f"C{MAIN.index(label)}", "-" if head == "centred" else "--"
     digits, means, stds, runs, flagged = (np.array(col) for col in zip(*pts))
     x = digits * (0.97 if head == "published" else 1.03)  # the two heads' markers side by side
-    ax.errorbar(x, means, yerr=stds, fmt=style, color=color, capsize=3, label=f"{label}, {head} head")
+    ax.errorbar(x, means, yerr=stds, fmt=style, color=color, capsize=3,
+                label=f"{label}, {head} head (L-BFGS read-out)")
     for xi, mean, n, k in zip(x, means, runs, flagged):
       ax.plot(xi, mean, "o", color=color, mfc="none" if k else color, ms=6)
       if k:
         ax.annotate(f"†{k}/{n}", (xi, mean), textcoords="offset points", xytext=(4, -9), fontsize=6, color=color)
   for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
     ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=f"C{MAIN.index(label)}", mfc="none", ms=8,
-            label=f"{label}, published head, paper scale (H200, 1 seed)")
+            label=f"{label}, published head, paper scale (H200, 1 seed; published SGD probe)")
   raw = sorted((10 * p.per_class, aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"] == p.name)[0])
                for p in POINTS if p.scenario == "domain")
   raw = [(d, m) for d, m in raw if m is not None]

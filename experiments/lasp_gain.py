@@ -284,10 +284,10 @@ def figure(rows, points, path) -> None:
         if xs:
           ax.errorbar(xs, ms, yerr=ss, marker="o" if domains == 5 else "^", capsize=3, color=f"C{k}",
                       ls="-" if domains == 5 else "none",
-                      label=f"{sd} − Co2L, {domains} tasks (mean ± std over paired seeds)")
+                      label=f"{sd} − Co2L, {domains} tasks (mean ± std over paired seeds; L-BFGS read-out)")
     if scenario == "domain":
       ax.plot([PAPER_SCALE["samples"]], [PAPER_SCALE["sd_onlypast"] - PAPER_SCALE["co2l"]], "s", color="C1", ms=8,
-              mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed)")
+              mfc="none", label="paper scale, 20 domains, H200, onlypast (1 seed; published SGD probe)")
     ax.axhline(0, color="grey", lw=0.6)
     ax.set_xscale("log")
     ax.set(xlabel="training samples drawn (digits × epochs, all tasks)", ylabel=ylabel,

@@ -48,7 +48,26 @@ def audit(root: pathlib.Path) -> dict:
   return {"runs": runs, **table, "collapsed_tasks": collapsed_tasks, "unflagged_today": cleared}
 
 
-def markdown(a: dict) -> str:
+DEFAULT_RUN = "readme/seeds_0-2/seed_0/results.json"  # the README's command 1, SD seed 0
+
+
+def default_run_task1(root: pathlib.Path) -> list[str]:
+  """The default command's SD run at task 1, where the recorded supcon_constant fired."""
+  path = root / DEFAULT_RUN
+  if not path.exists():
+    return []
+  res = json.loads(path.read_text())
+  rows = [c for c in res["curves"] if c["task"] == 1]
+  a11 = res["acc_matrix"]["class_il"][1][1]
+  return [f"## The default command's SD run, task 1 (`{DEFAULT_RUN}`)", "",
+          f"SupCon {rows[0]['supcon']:.2f} in its first epoch and {rows[-1]['supcon']:.2f} in its last, against a "
+          f"constant embedding's {rows[-1]['supcon_const']:.2f}; embedding variance {rows[-1]['z_var']:.2f}; "
+          f"task 1's classes read out at {a11:.1f} % Class-IL right after it. Flags as recorded: "
+          f"{', '.join(res['health']['checks']) or 'none'}; today: "
+          f"{', '.join(sorted({f.check for f in health.recheck(res)})) or 'none'}.", ""]
+
+
+def markdown(a: dict, root: pathlib.Path) -> str:
   rows = []
   for check in sorted(set(a["recorded"]) | set(a["today"])):
     for version in ("recorded", "today"):
@@ -65,7 +84,8 @@ def markdown(a: dict) -> str:
                                      "collapsed tasks it flags (recall)"], rows), "",
            f"## Runs flagged as recorded and healthy today ({len(a['unflagged_today'])})", "",
            aggregate.markdown_table(["run", "recorded checks", "final accuracy"],
-                                    [[p, ", ".join(c), json.dumps(f)] for p, c, f in a["unflagged_today"]]), ""]
+                                    [[p, ", ".join(c), json.dumps(f)] for p, c, f in a["unflagged_today"]]), "",
+           *default_run_task1(root)]
   return "\n".join(lines)
 
 
@@ -74,7 +94,7 @@ def main(argv):
   root = pathlib.Path(FLAGS.root)
   if not root.is_dir():
     raise app.UsageError(f"--root {root} is not a folder")
-  text = markdown(audit(root))
+  text = markdown(audit(root), root)
   write_text_atomic(pathlib.Path(FLAGS.out), text)
   print(text)
 

@@ -30,8 +30,32 @@ def _one_line(e: BaseException) -> str:
   return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
+USAGE = """usage: lasp-jax --config=FILE [--config.KEY=VALUE ...] [--workdir=DIR] [--baselines]
+
+Trains one continual-learning run (or several seeds) and prints its accuracy matrices and final figures.
+
+  --config=FILE            a config file, e.g. configs/mnist5k.py (offline), configs/rmnist.py, configs/cifar10.py
+  --config.KEY=VALUE       override any key of it, e.g. --config.method=co2l (sd, co2l, gm, sd_gm, finetune,
+                           joint), --config.seed=3, --config.memory.size=500, --config.train.ird_weight=1
+  --config.num_seeds=N     seeds seed .. seed+N-1, each in WORKDIR/seed_<k>/, their mean (std) in WORKDIR/seeds.md
+  --config.preset=published  every behaviour of the published code that lasp_jax fixes (docs/protocol.md)
+  --config.data.validation_per_class=N  hold N training images per class out as a validation set
+  --workdir=DIR            output folder (default: runs/<dataset>_<method>_s<seed>_<time>/); rerun to resume
+  --baselines              also run finetune (lower bound) and joint (upper bound) with the same config
+  --compile_cache=DIR      persistent XLA compilation cache ('' = off; default ~/.cache/lasp_jax/xla)
+  --multihost              one process per host over a shared --workdir (jax.distributed.initialize)
+  --helpfull               every absl flag
+
+example: lasp-jax --config=configs/mnist5k.py --baselines
+         lasp-jax --config=configs/rmnist_cpu.py --config.method=co2l --config.num_seeds=3 --workdir=/tmp/co2l
+"""
+
+
 def parse_flags(argv):
-  """Flag parsing that reports a bad config file or key in one line, no traceback."""
+  """Flag parsing that reports a bad config file or key in one line, no traceback; ``--help`` prints USAGE."""
+  if any(a in ("--help", "-h", "-?", "--usage") for a in argv[1:]):
+    print(USAGE, end="")
+    sys.exit(0)
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:

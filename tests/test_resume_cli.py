@@ -126,3 +126,12 @@ def test_a_bad_config_value_is_reported_before_jax_loads(tmp_path):
   out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
   assert out.stdout.split() == ["2", "False", "False"], (out.stdout, out.stderr)
   assert out.stderr.strip() == "error: train.lr must be > 0, got -1.0"
+
+
+def test_help_lists_the_flags_a_user_needs_with_an_example(tmp_path):
+  out = run_cli(tmp_path, "--help")
+  assert out.returncode == 0 and out.stdout.startswith("usage: lasp-jax --config=FILE"), out.stderr
+  for flag in ("--config=FILE", "--config.KEY=VALUE", "--workdir=DIR", "--baselines", "--config.num_seeds=N",
+               "--config.preset=published", "--compile_cache", "example: lasp-jax --config=configs/mnist5k.py"):
+    assert flag in out.stdout, flag
+  assert not (tmp_path / "results.json").exists()

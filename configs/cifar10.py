@@ -11,8 +11,8 @@ IRD eta 0.2 / 0.01, lambda 1 (co2l, gm) or 5 (sd, sd_gm), mask search on
 ``onlycurrent`` with K = 300, 50 steps, lr 100; linear probe 100 epochs, lr 1.
 Head: the published projection head, output L2-normalized and not centred (``model.head_center=False``).
 
-Expected runtime on one H200 (BENCHMARKS.md, phases timed on CIFAR-shaped data and
-summed over the schedule): 9.1 minutes float32, 4.9 minutes with
+Never run end to end (no copy of CIFAR-10 where this repository is developed). Projected runtime on one H200
+(BENCHMARKS.md, phases timed on CIFAR-shaped data and summed over the schedule): 9.1 minutes float32, 4.9 minutes with
 --config.compute_dtype=bfloat16, plus about a minute of compilation; an H100 is
 estimated at up to 1.4x that (not measured).
 

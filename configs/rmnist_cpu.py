@@ -9,7 +9,8 @@ per class (600 per domain) of the 60,000-digit MNIST, the projection head's outp
 (``model.head_center``: on the published head SD collapses at its first later task in some seeds, and Co2L
 trains worse), and the converged L-BFGS read-out after the last task. Point d600 of results/equal_heads.
 
-Runtime: 4-6 minutes a run on 2 cores (train 250-330 s for the tables below, Intel Xeon); 224 s now that freed
+Runtime: 4-6 minutes a run on 2 cores (train 250-330 s for the tables below, Intel Xeon; about 15 minutes on an
+AMD EPYC Zen 3 with AVX2 only, results/threats); 224 s now that freed
 memory is kept, 170 s with ``--config.train.tail_multiple=32``, each epoch's short last step at its 288 rows
 instead of 512 (BENCHMARKS.md; the tables were made without it: another float summation order, other digits).
 results/equal_heads (d600, centred head, Intel Xeon, 2026-11-28 and 29), per-angle / last-angle Domain-IL, mean
@@ -25,9 +26,10 @@ results/equal_heads (d600, centred head, Intel Xeon, 2026-11-28 and 29), per-ang
 | GM (flagged: a task's loss stops falling) | 0-2 | 77.80 (2.21) | 90.32 (1.20) |
 | raw pixels, linear | 0-4 | 51.89 (3.78) | |
 
-SD − Co2L paired over seeds 0-4: -5.82 (1.25) onlycurrent, -5.62 (0.82) onlypast per-angle (below); no SD or Co2L
-run flagged. Paired over seeds 0-2, SD onlycurrent - finetune is -4.63 (1.56) (below: at this budget SD keeps less
-than training on each domain in turn), Co2L - finetune 1.03 (0.63) (level). At 1,200 digits per domain
+SD − Co2L paired over seeds 0-4, per-angle, mean [95 % t interval]: -5.82 [-7.38, -4.27] onlycurrent, -5.62
+[-6.63, -4.60] onlypast (below); no SD or Co2L run flagged. Paired over seeds 0-2, SD onlycurrent - finetune is
+-4.63 [-8.50, -0.76] (below: at this budget SD keeps less than training on each domain in turn), Co2L - finetune
++1.03 [-0.54, +2.60] (no difference detected). At 1,200 digits per domain
 (``--config.data.train_per_class=120``, seeds 0-2) SD onlycurrent − Co2L is -4.58 (0.06) (onlypast -3.62 (0.65)),
 at 2,500 (``=250``, seeds 0-2) -4.26 (1.16) (onlypast -3.63 (0.69)): no point measured has SD above Co2L, so
 this config is the point with five seeds. The paper (60,000 digits per domain, the published head, last angle,

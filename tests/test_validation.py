@@ -116,3 +116,47 @@ def test_validation_stream_is_none_without_a_validation_set():
   assert held.validation_images.shape == (20, 4, 4, 1)
   small = two_tasks(**{"data.num_tasks": 2, "train.batch_size": 4, "memory.size": 4})
   np.testing.assert_array_equal(streams.validation_stream(held, small).test_labels, held.validation_labels)
+
+
+def test_threats_cells_differ_from_the_study_only_in_what_they_test():
+  cells = threats.cells("lambda", range(3))
+  assert len(cells) == 24 and [c.label for c in cells[:2]] == ["SD lambda5", "Co2L lambda1"]  # the study's pair
+  assert {c.seed for c in cells[:8]} == {0}  # seed-major: a partial grid still compares every lambda
+  sd = cells[0].config()
+  study = threats.equal_heads.config_for(threats.D600, threats.equal_heads.VARIANTS[0], "centred", 0)
+  differ = {k for k, v in config_lib.flat(sd).items() if config_lib.flat(study).get(k) != v}
+  # The same run as the study's SD onlycurrent cell (its training digits too), plus validation and read-outs;
+  # its lambda written out, the one the study's cell takes from the method.
+  assert differ == {"data.validation_per_class", "eval.final_readouts", "eval.augment", "train.ird_weight"}, differ
+  assert config_lib.ird_weight(sd) == config_lib.ird_weight(study) == 5.0
+  assert config_lib.config_hash(sd) != config_lib.config_hash(study)
+  m500 = threats.cells("memory500", range(1))
+  assert [c.config().memory.size for c in m500] == [500, 500]
+  assert threats.cells("sdgm", range(1))[0].config().method == "sd_gm"
+  steps = threats.cells("paper_steps", range(3))
+  assert sum(c.label in ("finetune", "joint") for c in steps) == 2  # the bounds: seed 0 only
+  p = steps[0].config()
+  assert (p.data.train_per_class, p.data.num_tasks, p.train.epochs_first, p.train.epochs) == (6000, 5, 20, 20)
+
+
+def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
+  def row(label, seed, test, val):
+    return {"grid": "lambda", "method": label, "head": "centred", "seed": seed, "m1": test, "m2": test + 5,
+            "sgd": test + 1, "validation": {"lbfgs": val, "sgd": val + 1}, "flags": [], "raw_pixels": 50.0,
+            "train_s": 1.0, "commit": "abc", "date": "2026-12-01", "point": "d600"}
+  rows = [row(threats.lambda_variant(m, w).label, s, 80.0 + w + s + (5 if m == "Co2L" else 0), 70.0 + w)
+          for m in threats.METHODS for w in threats.LAMBDAS for s in range(3)]
+  chosen = threats.choose(rows)
+  text = threats.table(rows, chosen)
+  assert "| SD | 5 | 70.50 | 71.00 | 72.00 | 75.00 |" in text  # validation means at 0.5, 1, 2, 5
+  # SD at 5 − Co2L at 1: test (85 + s) − (86 + s) = −1 in every seed
+  assert "| SD lambda5 − Co2L lambda1 | centred | test L-BFGS | 3 | -1.00 [-1.00, -1.00] | below" in text
+
+
+def test_threats_bad_flags_are_one_line_and_exit_2():
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+  out = subprocess.run([sys.executable, "-m", "experiments.threats", "--grids=bogus"], capture_output=True,
+                       text=True, timeout=120, cwd=threats.equal_heads.pathlib.Path(__file__).resolve().parents[1])
+  assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+      "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps)"]

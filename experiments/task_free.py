@@ -66,7 +66,8 @@ def mean_std(xs) -> str:
 
 
 def flags_of(results: dict) -> str:
-  return ", ".join(health.flagged_checks(results)) or "ok"
+  """The run's failed checks as today's checks read its curves (health.recheck), or "ok"."""
+  return ", ".join(sorted({f.check for f in health.recheck(results)})) or "ok"
 
 
 def point_table(point: str, pairs: list[tuple[dict, dict, dict]]) -> list[str]:
@@ -80,8 +81,9 @@ def point_table(point: str, pairs: list[tuple[dict, dict, dict]]) -> list[str]:
                  f"{bd['precision']:.2f}", f"{bd['recall']:.2f}", delay, f"{bd['detected']} ({bd['true']})",
                  f"{flags_of(g)} / {flags_of(d)}"])
   gap = [d["final"][m] - g["final"][m] for g, d, _ in pairs]
+  _, interval, word = aggregate.interval_cell(gap)
   rows.append(["mean (std)", mean_std([g["final"][m] for g, _, _ in pairs]),
-               mean_std([d["final"][m] for _, d, _ in pairs]), mean_std(gap),
+               mean_std([d["final"][m] for _, d, _ in pairs]), f"{mean_std(gap)}; 95 % interval {interval}, {word}",
                mean_std([d["boundary_detection"]["precision"] for _, d, _ in pairs]),
                mean_std([d["boundary_detection"]["recall"] for _, d, _ in pairs]), "", "", ""])
   header = ["seed", "given", "detected", "detected - given", "precision", "recall", "mean delay (steps)",

@@ -91,18 +91,19 @@ def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, l
                            objective_kind=lasp_cfg.mask_objective, selection=lasp_cfg.restart_selection)
   mask = np.asarray(res.mask)
   t1 = time.perf_counter()
-  gamma, frac_frozen, t2 = None, None, t1
+  gamma, frac_frozen, by_layer, t2 = None, None, None, t1
   if need_gamma:
     p_top = jnp.where(valid[:, None], res.top_salience[None, :], 0.0)
     eb = _salience(tuple(sorted((compiler_options or {}).items())))
     gamma, _ = eb(variables, views, p_top, model=model, replicas=lasp_cfg.eb_replicas)
-    frac_frozen = weight_fraction_frozen(gamma)
+    frac_frozen, by_layer = weight_fraction_frozen(gamma), gamma_by_layer(gamma)
     t2 = time.perf_counter()
   info = {"selected_dims": int(mask.sum()), "selected": np.flatnonzero(mask).tolist(),
           "sd_fallback_to_full_ird": bool(mask.sum() <= 1), "chosen_restart": int(res.chosen),
           "chosen_accuracy": float(res.accuracy), "lookahead_rows": int(np.asarray(valid).sum()),
           "frac_weights_gamma_ge_1": frac_frozen, "search_s": round(t1 - t0, 4),
-          "eb_s": round(t2 - t1, 4) if need_gamma else None}
+          "eb_s": round(t2 - t1, 4) if need_gamma else None,
+          **({"gamma_by_layer": by_layer} if need_gamma else {})}
   return BoundaryResult(mask, np.asarray(res.top_salience), gamma, info)
 
 
@@ -111,6 +112,18 @@ def weight_fraction_frozen(gamma) -> float:
   leaves = [l for p, l in jax.tree_util.tree_leaves_with_path(gamma) if is_weight_path(p)]
   total = sum(l.size for l in leaves)
   return float(sum(jnp.sum(l >= 1) for l in leaves) / max(total, 1))
+
+
+def gamma_by_layer(gamma) -> dict:
+  """Per modulated weight (its parameter path): the share of its entries with gamma >= 1 (frozen) and the mean and
+  largest gamma: where GM's freezing falls."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(gamma):
+    if is_weight_path(path):
+      name = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
+      out[name] = {"frozen": round(float(jnp.mean(leaf >= 1)), 4), "mean": round(float(jnp.mean(leaf)), 4),
+                   "max": round(float(jnp.max(leaf)), 4), "size": int(leaf.size)}
+  return out
 
 
 def at_boundary(t: int, memory, pool: Batch, *, config, stream, parts, variables, data) -> BoundaryResult:

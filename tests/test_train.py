@@ -111,6 +111,11 @@ def test_every_method_runs(tmp_path, method):
     # The salience the optimizer holds is the boundary's, and its reported frozen fraction is that of it.
     frac = results["boundaries"][0]["frac_weights_gamma_ge_1"]
     assert frac == pytest.approx(lookahead.weight_fraction_frozen(gamma))
+    # Per layer: the frozen shares, weighted by each layer's size, add up to the whole fraction.
+    layers = results["boundaries"][0]["gamma_by_layer"]
+    assert len(layers) >= 3 and all(0 <= v["frozen"] <= 1 and v["max"] >= v["mean"] for v in layers.values())
+    total = sum(v["size"] for v in layers.values())
+    assert sum(v["frozen"] * v["size"] for v in layers.values()) / total == pytest.approx(frac, abs=1e-3)
     assert any(float(jnp.max(g)) > 0 for g in jax.tree.leaves(gamma)) and results["boundaries"][0]["eb_s"] is not None
   else:
     assert all(float(jnp.max(jnp.abs(g))) == 0 for g in jax.tree.leaves(gamma))  # no modulation without GM

@@ -233,10 +233,14 @@ def _differences(rows, grid, chosen) -> list[str]:
                                    body), ""]
 
 
+def collect(out: pathlib.Path) -> tuple[list[dict], dict]:
+  """Every finished cell's row (the tuned grid's once the lambda grid has chosen) and the choice."""
+  chosen = choose(finished(out))
+  return finished(out, chosen={m: w for m, (w, _) in chosen.items()}), chosen
+
+
 def report(out: pathlib.Path) -> dict:
-  rows = finished(out)
-  chosen = choose(rows)
-  rows = finished(out, chosen={m: w for m, (w, _) in chosen.items()})
+  rows, chosen = collect(out)
   write_text_atomic(out / "table.md", table(rows, chosen))
   write_json_atomic(out / "runs.json", {"rows": rows, "chosen": {m: {"lambda": w, "validation_means": means}
                                                                   for m, (w, means) in chosen.items()}})

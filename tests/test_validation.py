@@ -160,3 +160,20 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
                        text=True, timeout=120, cwd=threats.equal_heads.pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps)"]
+
+
+def test_gm_boundary_table_by_hand(tmp_path):
+  res = {"boundaries": [{"frac_weights_gamma_ge_1": 0.5, "gamma_by_layer": {
+             "encoder/conv1/kernel": {"frozen": 0.968, "mean": 28.81, "max": 83.0, "size": 500}}}],
+         "curves": [{"task": 0, "loss": 9.0}, *({"task": 1, "loss": v} for v in (11.9, 12.4, 12.08))],
+         "health": {"checks": ["loss_not_falling"], "flags": [{"task": 1}]}}
+  text = threats.gm_boundary(res)
+  assert "| encoder/conv1/kernel | 500 | 96.8 % | 28.81 | 83.00 |" in text and "50.0 % of all" in text
+  assert "(first 11.900, largest 12.400, last 12.080); health: loss_not_falling (task 1)." in text
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+  out = subprocess.run([sys.executable, "-m", "experiments.threats", f"--gm_run={tmp_path}", f"--out={tmp_path}"],
+                       capture_output=True, text=True, timeout=120,
+                       cwd=threats.equal_heads.pathlib.Path(__file__).resolve().parents[1])
+  assert out.returncode == 2 and out.stderr.strip() == (f"error: --gm_run {tmp_path} holds no finished GM run with "
+                                                        "gamma per weight")

@@ -23,7 +23,7 @@ def one_and_four(tmp_path_factory):
   """multidevice_check.py's results: ``one_*`` on a 1-device mesh, ``four_*`` on a 4-device mesh."""
   out_dir = tmp_path_factory.mktemp("multidevice")
   env = dict(os.environ, XLA_FLAGS=xla_flags("--xla_force_host_platform_device_count=4"), PYTHONPATH=str(REPO))
-  out = subprocess.run([sys.executable, "tests/multidevice_check.py", str(out_dir)], cwd=REPO, env=env,
+  out = subprocess.run([sys.executable, "tests/helpers/multidevice_check.py", str(out_dir)], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stderr[-4000:]
   return dict(np.load(out_dir / "out.npz"))
@@ -53,7 +53,7 @@ def _free_port() -> int:
 def test_two_processes_train_a_chunk_as_one_process_with_four_devices(one_and_four, tmp_path):
   env = dict(os.environ, PYTHONPATH=str(REPO))
   port = _free_port()
-  procs = [subprocess.Popen([sys.executable, "tests/multiprocess_check.py", str(tmp_path), str(i), str(port)],
+  procs = [subprocess.Popen([sys.executable, "tests/helpers/multiprocess_check.py", str(tmp_path), str(i), str(port)],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
            for i in range(2)]
   outs = [p.communicate(timeout=600) for p in procs]

@@ -256,7 +256,7 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   c.data.source = "tfds"
   c.data.num_tasks = 2  # the input path is the point; 2 tasks keep it short
   # Finetune: one train program for both tasks (no past model, no mask search); ResNet-18's chunk with a past
-  # model is compiled by multidevice_check.py, SD on CIFAR-shaped data by test_experiments' tiny runs.
+  # model is compiled by tests/helpers/multidevice_check.py, SD on CIFAR-shaped data by test_experiments' tiny runs.
   c.method = "finetune"
   c.model.width, c.model.num_blocks, c.model.embedding_dim = 0.0625, (1, 1), 16
   c.train.batch_size, c.train.epochs_first, c.train.epochs, c.train.warmup_epochs = 16, 1, 1, 1

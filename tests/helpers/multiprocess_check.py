@@ -1,6 +1,6 @@
 """One process of the 2-process x 2-CPU-device check run by test_multidevice.py.
 
-    python tests/multiprocess_check.py OUT PROCESS_ID PORT
+    python tests/helpers/multiprocess_check.py OUT PROCESS_ID PORT
 
 Each process sees 2 local CPU devices; ``jax.distributed.initialize`` joins them
 into one 4-device ("data",) mesh, on which the same chunk of steps as
@@ -22,7 +22,7 @@ def main(out: str, process_id: int, port: int):
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(f"localhost:{port}", num_processes=2, process_id=process_id)
   # noqa below: multidevice_check builds its data at import, which would start the backend before initialize().
-  from tests.multidevice_check import train_chunk  # noqa: PLC0415
+  from tests.helpers.multidevice_check import train_chunk  # noqa: PLC0415
   assert jax.device_count() == 4 and jax.local_device_count() == 2, jax.devices()
   trained, metrics = train_chunk(jax.devices(), out + "/multi")
   local = lambda x: np.asarray(x.addressable_data(0))  # replicated: every process holds the whole value

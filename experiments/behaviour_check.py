@@ -1,0 +1,85 @@
+"""Tiny runs of every method whose results a refactor must leave unchanged: run them before and after, compare.
+
+    python -m experiments.behaviour_check --out=/tmp/before           # at the old commit
+    python -m experiments.behaviour_check --out=/tmp/after --compare=/tmp/before
+
+Each case is configs/tiny.py with a few keys (every method on 2 Split tasks, a 3-domain SD run, two seeds, a
+detected-boundary run); a case's record is its results.json without wall-clock figures and provenance. The
+comparison prints one line per case, equal or the first keys that differ, and exits 1 if any differ.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+TWO = {"data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 1}
+CASES = {
+    **{m: {**TWO, "method": m} for m in ("sd", "co2l", "gm", "sd_gm", "finetune", "joint")},
+    "sd_3_domains": {**TWO, "data.num_tasks": 3, "data.scenario": "domain", "model.normalize_embedding": False,
+                     "lasp.srs_data": "onlypast", "train.lr": 0.01, "eval.raw_pixels": False},
+    "sd_two_seeds": {**TWO, "num_seeds": 2},
+    "sd_detected": {**TWO, "boundaries": "detected"},
+}
+# What may differ between two runs of the same work: wall-clock figures and where and when a file was written.
+VOLATILE = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s", "provenance"}
+
+
+def strip(obj):
+  if isinstance(obj, dict):
+    return {k: strip(v) for k, v in obj.items() if k not in VOLATILE}
+  if isinstance(obj, list):
+    return [strip(v) for v in obj]
+  return obj
+
+
+def run_case(name: str, out: pathlib.Path) -> dict:
+  from configs import tiny  # noqa: PLC0415  (jax after the flags)
+  from lasp_jax import config_lib, seeds, train  # noqa: PLC0415
+  config = config_lib.override(tiny.get_config(), pictures=False, **CASES[name])
+  wd = out / name
+  if config.num_seeds > 1:
+    return {"seeds": [strip(r) for r in seeds.SeedGroup(config, wd).run()]}
+  return strip(train.ContinualRun(config, wd).run())
+
+
+def differences(a, b, path="") -> list[str]:
+  if isinstance(a, dict) and isinstance(b, dict):
+    return [d for k in sorted(set(a) | set(b)) for d in differences(a.get(k), b.get(k), f"{path}.{k}")]
+  if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+    return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+  return [] if a == b else [path or "."]
+
+
+def main(argv):
+  del argv
+  out = pathlib.Path(FLAGS.out)
+  unknown = [c for c in FLAGS.cases or [] if c not in CASES]
+  if unknown:
+    print(f"error: unknown --cases {', '.join(unknown)}; expected some of {', '.join(CASES)}", file=sys.stderr)
+    sys.exit(2)
+  out.mkdir(parents=True, exist_ok=True)
+  records = {name: run_case(name, out) for name in FLAGS.cases or CASES}
+  (out / "records.json").write_text(json.dumps(records, sort_keys=True))
+  if not FLAGS.compare:
+    print(f"records: {out / 'records.json'}")
+    return
+  before = json.loads((pathlib.Path(FLAGS.compare) / "records.json").read_text())
+  bad = 0
+  for name, rec in records.items():
+    diff = differences(before.get(name), rec)
+    bad += bool(diff)
+    print(f"{name}: " + ("equal" if not diff else f"DIFFERS at {', '.join(diff[:5])}"))
+  sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+  flags.DEFINE_string("out", "/tmp/lasp_behaviour", "Where the cases run and records.json is written.")
+  flags.DEFINE_list("cases", None, "Some of the cases (default: all).")
+  flags.DEFINE_string("compare", "", "A folder with an earlier records.json: compare against it.")
+  app.run(main)

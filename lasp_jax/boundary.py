@@ -7,11 +7,7 @@ of embedding dims, GM the EB salience, carried in the optimizer state).
 
 from __future__ import annotations
 
-import sys
-
-import tqdm
-
-from lasp_jax import checkpoint, modulation, pools
+from lasp_jax import checkpoint, pools
 from lasp_jax.run_state import MemoryRecord, RunState, Segment
 from lasp_jax.steps import past_model
 
@@ -41,15 +37,9 @@ def open_segment(rs: RunState, t: int, *, config, stream, method, state, past, s
   if not method.looks_ahead:
     return state, past
   res = lookahead(k, mem, pools.training_pool(stream, mem, t, slot(t)))
-  if method.selective:
-    rs.mask = res.mask.tolist()
-  if res.gamma is not None:
-    state = state.replace(opt_state=modulation.set_salience(state.opt_state, res.gamma))
+  state = method.take_lookahead(rs, state, res, task=t)
   info = dict(task=t, **res.info)
   if not stream.given_boundaries:
     info.update(segment=k, step=rs.steps_done)
   rs.boundaries.append(info)
-  if res.info["sd_fallback_to_full_ird"] and method.selective:
-    tqdm.tqdm.write(f"task {t}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to full IRD",
-                    file=sys.stderr)
   return state, past

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import choices, config_lib, mask_search, pools, salience
+from lasp_jax import choices, mask_search, pools, salience
 from lasp_jax.data import augment
 from lasp_jax.modulation import is_weight_path
 from lasp_jax.steps import Batch, DeviceData, LossConfig, contrastive_labels
@@ -136,7 +136,7 @@ def at_boundary(t: int, memory, pool: Batch, *, config, stream, parts, variables
   key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 7919 + t)
   res = boundary(key, parts.model, variables, data, jax.tree.map(jnp.asarray, rows),
                  aug_cfg=parts.aug_cfg, loss_cfg=parts.loss_cfg, lasp_cfg=c.lasp,
-                 num_classes=s.num_contrastive_classes, need_gamma=config_lib.uses_gm(c),
+                 num_classes=s.num_contrastive_classes, need_gamma=parts.loss_cfg.method.modulates,
                  compiler_options=parts.compiler_options)
   subset = c.lasp.get("subset", "searched")
   if subset == "random":

@@ -1,9 +1,10 @@
 """Continual-learning methods: each one object that says what it trains on and what it does at a boundary.
 
-A method's rules are all here: its training pool (``pool``), whether it distils the past model and with what
-weight, and whether it looks ahead at a boundary and what it takes from the look-ahead (SD the subset of
-embedding dims it distils, GM the salience that slows weights). Training, the loss and the probe are shared.
-Adding a method is one class and one line in ``METHODS``.
+A method's rules are all here, as behaviour the loop calls without asking which method it runs: its training
+pool (``pool``), its distillation term of the loss (``distillation``, inside the compiled step) and its weight,
+whether it looks ahead at a boundary (``looks_ahead``) and what it takes from the look-ahead
+(``take_lookahead``: SD the subset of embedding dims it distils, GM the salience that slows weights). Training,
+SupCon and the probe are shared. Adding a method is one class and one line in ``METHODS``.
 
 No jax here: the config check (config_lib) reads these before the library loads.
 """
@@ -27,6 +28,18 @@ class Method:
     """Whether a boundary runs the look-ahead (mask search, and EB for GM)."""
     return self.selective or self.modulates
 
+  def distillation(self, *, z_cur, z_past, dim_mask, temp_cur, temp_past, valid):
+    """The loss's distillation term (traced inside the train step): IRD on every embedding dim."""
+    del dim_mask
+    from lasp_jax import losses  # noqa: PLC0415  (losses imports jax; see pool)
+    return losses.ird_loss(z_cur=z_cur, z_past=z_past, temp_cur=temp_cur, temp_past=temp_past, valid=valid)
+
+  def take_lookahead(self, rs, state, res, *, task: int):
+    """What the boundary's look-ahead result ``res`` (lookahead.BoundaryResult) changes: the run state ``rs``
+    and the train state it returns. Co2L takes nothing."""
+    del rs, res, task
+    return state
+
   def pool(self, stream, memory, t: int, slot=None):
     """Task t's training pool and the samples of one epoch: the task's data and the memory (replay), or the
     task's data alone."""
@@ -43,15 +56,36 @@ class SD(Method):
   selective = True
   ird_weight = 5.0
 
+  def distillation(self, *, z_cur, z_past, dim_mask, temp_cur, temp_past, valid):
+    from lasp_jax import losses  # noqa: PLC0415  (see Method.distillation)
+    return losses.selective_ird_loss(z_cur=z_cur, z_past=z_past, dim_mask=dim_mask, temp_cur=temp_cur,
+                                     temp_past=temp_past, valid=valid)
+
+  def take_lookahead(self, rs, state, res, *, task: int):
+    """The searched subset becomes the mask the step distils (all dims when it kept <= 1: full IRD)."""
+    rs.mask = res.mask.tolist()
+    if res.info["sd_fallback_to_full_ird"]:
+      import sys  # noqa: PLC0415
+
+      import tqdm  # noqa: PLC0415
+      tqdm.tqdm.write(f"task {task}: salient subset has {res.info['selected_dims']} dim(s); SD falls back to "
+                      f"full IRD", file=sys.stderr)
+    return super().take_lookahead(rs, state, res, task=task)
+
 
 class GM(Method):
   """LASP's gradient modulation: full IRD; weight gradients times 1 - min(1, gamma) from EB salience."""
   modulates = True
 
+  def take_lookahead(self, rs, state, res, *, task: int):
+    """The EB salience goes into the optimizer state, where the modulation reads it."""
+    from lasp_jax import modulation  # noqa: PLC0415  (modulation imports jax)
+    state = super().take_lookahead(rs, state, res, task=task)
+    return state.replace(opt_state=modulation.set_salience(state.opt_state, res.gamma))
 
-class SDGM(SD):
-  """Both of LASP's parts."""
-  modulates = True
+
+class SDGM(SD, GM):
+  """Both of LASP's parts (SD's distillation and weight, GM's modulation)."""
 
 
 class Finetune(Method):

@@ -33,7 +33,7 @@ class LossConfig:
   temp_cur: float
   temp_past: float
   ird_weight: float
-  selective: bool          # SD: IRD on the salient subset
+  method: Any              # methods.Method: its distillation term (SD: IRD on the salient subset)
   past_bn: str             # "batch" (train-mode stats) or "running" (eval mode)
   domain_classes: int      # >0: SupCon label = label + domain_classes * tag of the sample's slot
   batch_size: int = 0      # the rows a step's augmentation draws for: a short tail step draws as its padded self
@@ -44,7 +44,7 @@ def loss_config(config, stream) -> LossConfig:
   t = config.train
   return LossConfig(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
                     temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config),
-                    selective=config_lib.uses_sd(config), past_bn=config.model.past_bn,
+                    method=config_lib.method(config), past_bn=config.model.past_bn,
                     domain_classes=stream.contrastive_offset, batch_size=t.batch_size)
 
 
@@ -95,7 +95,7 @@ def _losses(params, state, past, dim_mask, views, labels, batch, model, cfg: Los
   z_past, _ = _forward(model, past._asdict(), views, cfg.past_bn == "batch", row_valid)
   kw = dict(z_cur=z, z_past=jax.lax.stop_gradient(z_past), temp_cur=cfg.temp_cur, temp_past=cfg.temp_past,
             valid=batch.valid)
-  ird = losses.selective_ird_loss(dim_mask=dim_mask, **kw) if cfg.selective else losses.ird_loss(**kw)
+  ird = cfg.method.distillation(dim_mask=dim_mask, **kw)
   total = supcon + cfg.ird_weight * ird
   return total, (supcon, ird, stats, new_stats)
 

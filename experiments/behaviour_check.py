@@ -14,7 +14,7 @@ import json
 import pathlib
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 
 FLAGS = flags.FLAGS
 
@@ -58,6 +58,7 @@ def differences(a, b, path="") -> list[str]:
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
   out = pathlib.Path(FLAGS.out)
   unknown = [c for c in FLAGS.cases or [] if c not in CASES]
   if unknown:

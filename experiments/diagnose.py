@@ -33,8 +33,8 @@ _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
 
 def readouts(run, t: int, variables) -> dict:
   """{readout: {metric: overall accuracy}} on task t's probe data for these encoder variables."""
-  pd = evaluate.probe_data(run, t)
-  kw = evaluate.readout_kwargs(run)
+  pd = evaluate.probe_data(run.readout_inputs(), t)
+  kw = evaluate.readout_kwargs(run.readout_inputs())
   out = {}
   for name, kind in (("lbfgs_encoder", "encoder"), ("lbfgs_pixels", "pixels")):
     out[name] = probe.linear_readout(run.model, variables, run.data, run.test_data, pd, kind=kind, **kw).overall

@@ -116,8 +116,9 @@ def published_probe(run, t: int) -> dict:
   cfg = probe.ProbeConfig(epochs=100, lr=1.0, batch_size=256, augment=True, select_best_on_test=False,
                           standardize=False)
   key = jax.random.fold_in(jax.random.PRNGKey(run.config.seed), 104729 + t)
-  res = probe.run_probe(key, run.model, run.state.variables(), run.data, evaluate.probe_data(run, t), cfg=cfg,
-                        **evaluate.readout_kwargs(run))
+  inputs = run.readout_inputs()
+  res = probe.run_probe(key, inputs.model, inputs.variables, inputs.data, evaluate.probe_data(inputs, t), cfg=cfg,
+                        **evaluate.readout_kwargs(inputs))
   row = res.per_task["domain_il"]
   return {"sgd_probe": {"m1": res.overall["domain_il"], "m2": float(row[-1])}}
 

@@ -36,7 +36,8 @@ def raw_pixels(config) -> dict:
     for t in range(1, last + 1):
       run.note_pass(t - 1)
       run.open_segment(t)  # the memory update alone: finetune distills nothing
-    return {"raw_pixels": evaluate.raw_pixels(run, last, evaluate.probe_data(run, last))}
+    inputs = run.readout_inputs()
+    return {"raw_pixels": evaluate.raw_pixels(inputs, last, evaluate.probe_data(inputs, last))}
 
 
 def main(argv):

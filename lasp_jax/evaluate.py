@@ -5,15 +5,41 @@
 the last task. Every read-out trains on the probe data of :func:`probe_data` and tests on every seen task;
 ``eval.final_readouts`` adds read-outs after the last task, and ``data.validation_per_class`` scores each on
 held-out training digits too (:func:`final_readouts`).
+
+An evaluator takes :class:`Inputs`, the values a read-out needs (the model and its variables, the device data,
+the stream and the memory, the read-out's settings), never the run that holds them.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax import pools, probe
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+  """What every read-out after task t reads: the encoder (model, variables), the training and test images on the
+  device, the stream and replay memory, the probe's settings; ``validation``: (stream, device data) of the
+  held-out digits, or None."""
+  model: Any
+  variables: Any
+  data: Any                 # steps.DeviceData of the training images (the probe trains on them)
+  test_data: Any            # steps.DeviceData of the test images
+  stream: Any
+  memory: Any
+  aug_cfg: Any
+  config: Any               # the run's config: eval.*, memory.size, seed
+  validation: Optional[tuple] = None
+
+  @property
+  def layout(self) -> probe.Layout:
+    return probe.Layout.of(self.stream)
 
 
 def probe_config(config) -> probe.ProbeConfig:
@@ -23,22 +49,22 @@ def probe_config(config) -> probe.ProbeConfig:
                            decay_epochs=tuple(e.get("decay_epochs", ())))
 
 
-def probe_data(run, t: int, held=None) -> probe.ProbeData:
+def probe_data(x: Inputs, t: int, held=None) -> probe.ProbeData:
   """Task t's data + the memory for training (balanced over the stream's groups), every seen task's test set;
   padded to shapes that do not change from task to task (one program). ``held``: (stream, device data) of the
-  rows it tests on instead of the test images (the validation set, ``run.validation``)."""
-  s, mem = run.stream, run.memory
-  tests, test_data = held or (s, run.test_data)
+  rows it tests on instead of the test images (the validation set, ``x.validation``)."""
+  s, mem = x.stream, x.memory
+  tests, test_data = held or (s, x.test_data)
   pool = pools.training_pool(s, mem, t)
   labels = s.train_labels[pool.index]
   group = s.probe_groups(pool.domain, labels)
   weight = (1.0 / np.bincount(group)[group]).astype(np.float32)
-  rows = max(len(s.train_indices(j)) for j in range(s.num_tasks)) + run.config.memory.size
+  rows = max(len(s.train_indices(j)) for j in range(s.num_tasks)) + x.config.memory.size
   pad = lambda a, v=0: np.concatenate([a, np.full(rows - len(a), v, a.dtype)])
   test_idx, test_task, test_dom, test_rows = tests.probe_tests(t)
   tpad = lambda a, v: np.concatenate([a, np.full(test_rows - len(a), v, np.int64)])
   test_idx, test_dom = tpad(test_idx, 0), tpad(test_dom, 0)
-  feats = probe.extract_features(run.model, run.state.variables(), test_data, test_idx, test_dom, run.aug_cfg)
+  feats = probe.extract_features(x.model, x.variables, test_data, test_idx, test_dom, x.aug_cfg)
   return probe.ProbeData(jnp.asarray(pad(pool.index)), jnp.asarray(pad(pool.domain)), jnp.asarray(pad(labels)),
                          jnp.asarray(pad(weight)), jnp.asarray(pad(pool.is_current)), feats,
                          jnp.asarray(tests.test_labels[test_idx]),
@@ -46,29 +72,27 @@ def probe_data(run, t: int, held=None) -> probe.ProbeData:
                          jnp.asarray(test_idx, jnp.int32), jnp.asarray(test_dom, jnp.int32))
 
 
-def readout_kwargs(run) -> dict:
+def readout_kwargs(x: Inputs) -> dict:
   """The stream's settings that every read-out (SGD probe, L-BFGS, raw pixels) takes."""
-  return dict(aug_cfg=run.aug_cfg, layout=probe.Layout.of(run.stream))
+  return dict(aug_cfg=x.aug_cfg, layout=x.layout)
 
 
-def sgd_probe(run, t: int, pd: probe.ProbeData) -> probe.ProbeResult:
-  key = jax.random.fold_in(jax.random.PRNGKey(run.config.seed), 104729 + t)
-  return probe.run_probe(key, run.model, run.state.variables(), run.data, pd, cfg=probe_config(run.config),
-                         **readout_kwargs(run))
+def sgd_probe(x: Inputs, t: int, pd: probe.ProbeData) -> probe.ProbeResult:
+  key = jax.random.fold_in(jax.random.PRNGKey(x.config.seed), 104729 + t)
+  return probe.run_probe(key, x.model, x.variables, x.data, pd, cfg=probe_config(x.config), **readout_kwargs(x))
 
 
-def lbfgs_readout(run, t: int, pd: probe.ProbeData, kind: str = "encoder") -> probe.ProbeResult:
+def lbfgs_readout(x: Inputs, t: int, pd: probe.ProbeData, kind: str = "encoder") -> probe.ProbeResult:
   del t
-  return probe.linear_readout(run.model, run.state.variables(), run.data, run.test_data, pd, kind=kind,
-                              **readout_kwargs(run))
+  return probe.linear_readout(x.model, x.variables, x.data, x.test_data, pd, kind=kind, **readout_kwargs(x))
 
 
 EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout}
 
 
-def raw_pixels(run, t: int, pd: probe.ProbeData) -> dict:
+def raw_pixels(x: Inputs, t: int, pd: probe.ProbeData) -> dict:
   """The converged linear classifier on raw pixels, on the probe's rows: the no-representation baseline."""
-  return lbfgs_readout(run, t, pd, kind="pixels").overall
+  return lbfgs_readout(x, t, pd, kind="pixels").overall
 
 
 def summary(res: probe.ProbeResult, t: int) -> dict:
@@ -76,17 +100,17 @@ def summary(res: probe.ProbeResult, t: int) -> dict:
   return {"overall": dict(res.overall), "last_task": {n: float(row[t]) for n, row in res.per_task.items()}}
 
 
-def final_readouts(run, t: int, pd: probe.ProbeData) -> tuple[dict, dict]:
+def final_readouts(x: Inputs, t: int, pd: probe.ProbeData) -> tuple[dict, dict]:
   """After the last task: each of ``eval.final_readouts`` on the test images beside ``eval.probe``'s (``pd``),
   and, with a validation set, ``eval.probe`` and each of them on the validation images. Both {name: summary}.
 
   The validation figures come from the same read-outs fit on the same training rows; only the rows they are
   scored on differ, so a setting chosen on them never saw a test image.
   """
-  names = tuple(dict.fromkeys(run.config.eval.final_readouts))
-  test = {n: summary(EVALUATORS[n](run, t, pd), t) for n in names if n != run.config.eval.probe}
+  probe_name, names = x.config.eval.probe, tuple(dict.fromkeys(x.config.eval.final_readouts))
+  test = {n: summary(EVALUATORS[n](x, t, pd), t) for n in names if n != probe_name}
   validation = {}
-  if run.validation is not None:
-    vpd = probe_data(run, t, held=run.validation)
-    validation = {n: summary(EVALUATORS[n](run, t, vpd), t) for n in dict.fromkeys((run.config.eval.probe, *names))}
+  if x.validation is not None:
+    vpd = probe_data(x, t, held=x.validation)
+    validation = {n: summary(EVALUATORS[n](x, t, vpd), t) for n in dict.fromkeys((probe_name, *names))}
   return test, validation

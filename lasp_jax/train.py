@@ -158,10 +158,16 @@ class ContinualRun(epochs.Learner):
                                                   method=self.method, state=self.state, past=self.past,
                                                   slot=self.slot, lookahead=look)
 
+  def readout_inputs(self) -> evaluate.Inputs:
+    """The values every read-out reads, as they are now (evaluate.Inputs)."""
+    return evaluate.Inputs(self.model, self.state.variables(), self.data, self.test_data, self.stream,
+                           self.memory, self.aug_cfg, self.config, self.validation)
+
   def evaluate(self, t: int) -> probe.ProbeData:
     """The read-out ``eval.probe`` names, after task t (and raw pixels after the last); returns its data."""
-    pd = evaluate.probe_data(self, t)
-    res = evaluate.EVALUATORS[self.config.eval.probe](self, t, pd)
+    inputs = self.readout_inputs()
+    pd = evaluate.probe_data(inputs, t)
+    res = evaluate.EVALUATORS[self.config.eval.probe](inputs, t, pd)
     self.rs.record_readout(t, res)
     for name, value in res.overall.items():
       if self.writer:
@@ -179,11 +185,11 @@ class ContinualRun(epochs.Learner):
       checkpoint.fault_point(f"probe:{t}")
       pd = self.timed("probe_s", self.evaluate, t)
       if last and self.config.eval.raw_pixels:
-        self.rs.baselines = {"raw_pixels": self.timed("baselines_s", functools.partial(evaluate.raw_pixels, self,
-                                                                                      pd=pd), t)}
+        self.rs.baselines = {"raw_pixels": self.timed("baselines_s", functools.partial(
+            evaluate.raw_pixels, self.readout_inputs(), pd=pd), t)}
       if last:
-        self.rs.readouts, self.rs.validation = self.timed("probe_s", functools.partial(evaluate.final_readouts,
-                                                                                       self, pd=pd), t)
+        self.rs.readouts, self.rs.validation = self.timed("probe_s", functools.partial(
+            evaluate.final_readouts, self.readout_inputs(), pd=pd), t)
     if self.on_task_end is not None:
       self.rs.extra.append({"task": t, **(self.on_task_end(self, t) or {})})
     self.rs.progress = dataclasses.replace(self.rs.progress, task=t + 1, epoch=0, call=0, boundary_done=False,

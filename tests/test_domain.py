@@ -40,7 +40,7 @@ def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_dom
   assert pool.is_current[:n_task].all() and not pool.is_current[n_task:].any()
   angles = np.asarray(run.data.angles)
   assert len(set(angles[pool.domain].round(6))) == 3  # three rotations in one training pool
-  pd = evaluate.probe_data(run, 2)
+  pd = evaluate.probe_data(run.readout_inputs(), 2)
   weight, domain = np.asarray(pd.train_weight), np.asarray(pd.train_domain)
   real = weight > 0
   per_domain = [weight[real & (domain == d)].sum() for d in range(3)]

@@ -1,6 +1,7 @@
 """The validation split (held-out training digits), the read-outs scored on it, the choice of a setting on it,
 and the paired t intervals every table reports."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -65,11 +66,12 @@ def test_the_validation_read_out_scores_exactly_as_the_test_read_out_on_the_same
   np.testing.assert_array_equal(vstream.test_labels, run.dataset.validation_labels)  # natural class order
   assert np.all(np.bincount(run.dataset.validation_labels) == 20) and len(vstream.test_labels) == 200
   assert not _rows(run.dataset.validation_images) & _rows(run.dataset.train_images)
-  pd = evaluate.probe_data(run, 1)
-  test_figures = evaluate.EVALUATORS["lbfgs"](run, 1, pd).overall
+  inputs = run.readout_inputs()
+  pd = evaluate.probe_data(inputs, 1)
+  test_figures = evaluate.EVALUATORS["lbfgs"](inputs, 1, pd).overall
   # Handed the test images as its validation set, the validation path must give the test read-out's figures.
-  run.validation = (run.stream, run.test_data)
-  extra, validation = evaluate.final_readouts(run, 1, pd)
+  extra, validation = evaluate.final_readouts(dataclasses.replace(inputs, validation=(run.stream, run.test_data)),
+                                              1, pd)
   assert extra == {}  # eval.final_readouts names the run's own probe: nothing more on the test images
   assert validation["lbfgs"]["overall"] == pytest.approx(test_figures, abs=1e-6)
 

@@ -56,8 +56,8 @@ def head_output(run, views):
 def first_batch(run, t: int):
   """Task t's first training batch as the run's next epoch would draw it, its two views and labels."""
   plan = run.epoch_plan(t)
-  b = steps.epoch_batches(plan["pool"], run.config.train.batch_size, 1, np.random.default_rng(plan["shuffle"]),
-                          take=plan["per_epoch"])
+  b = steps.epoch_batches(plan.pool, run.config.train.batch_size, 1, np.random.default_rng(plan.shuffle),
+                          take=plan.per_epoch)
   batch = jax.tree.map(lambda f: jax.numpy.asarray(f[0, 0]), b)
   key = jax.random.fold_in(run.state.rng, 0)
   views = augment.two_views(key, run.data.images[batch.index], run.data.angles[batch.domain], run.aug_cfg)

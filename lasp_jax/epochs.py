@@ -25,6 +25,18 @@ from lasp_jax.steps import Batch, epoch_batches, num_steps
 from lasp_jax.train_state import task_lrs
 
 
+@dataclasses.dataclass(frozen=True)
+class EpochPlan:
+  """What one epoch of a task trains: its pool, the samples an epoch draws from it, its steps, the lr of each
+  step, SD's dim mask, and the shuffle's seed (seed, segment, epoch)."""
+  pool: Batch
+  per_epoch: int
+  steps: int
+  lrs: np.ndarray
+  mask: jax.Array
+  shuffle: tuple
+
+
 def train_task(learners, t: int, executor) -> None:
   """Task t's epochs for ``learners`` in lockstep: the same chunk loop, mid-epoch checkpoints and epoch ends."""
   prog0 = learners[0].rs.progress
@@ -62,7 +74,7 @@ class OneRun:
   """The executor of one learner: its own state through its own chunk program."""
 
   def begin_epoch(self, learners, plans) -> None:
-    self.mask = plans[0]["mask"]
+    self.mask = plans[0].mask
 
   def execute(self, learners, chunks, lrs) -> list:
     (r,) = learners
@@ -131,7 +143,7 @@ class Learner:
     if key not in self.rs.segment.passes:
       self.rs.segment.passes.append(key)
 
-  def epoch_plan(self, t: int) -> dict:
+  def epoch_plan(self, t: int) -> "EpochPlan":
     """What the next epoch of task t needs: pool, epoch size, the lr of each of its steps, mask, shuffle seed.
 
     The schedule and the shuffle follow the learner's segment: its first ``train.epochs_first`` (segment 0)
@@ -143,20 +155,20 @@ class Learner:
     lrs = task_lrs(c.train, epochs=self.task_epochs(0) if seg.index == 0 else c.train.epochs, steps_per_epoch=spe)
     start = seg.epoch * spe
     lrs = lrs[start:start + spe] if start < len(lrs) else np.full(spe, lrs[-1])
-    return dict(pool=pool, per_epoch=per_epoch, spe=spe, lrs=lrs, mask=jnp.asarray(self.rs.mask, bool),
-                shuffle=[c.seed, seg.index, seg.epoch])
+    return EpochPlan(pool=pool, per_epoch=per_epoch, steps=spe, lrs=lrs, mask=jnp.asarray(self.rs.mask, bool),
+                     shuffle=(c.seed, seg.index, seg.epoch))
 
-  def epoch_chunks(self, plan: dict) -> tuple[list, list]:
+  def epoch_chunks(self, plan: "EpochPlan") -> tuple[list, list]:
     """The epoch's chunks of batches ((steps_per_call, B) per field) and the lr of each real step.
 
     The last chunk's tail is padded with empty steps, which the compiled loop skips (steps.chunk_body): one
     program for every chunk. ``train.tail_multiple`` > 0: the epoch's short last step is a chunk of its own at
     its size (steps.split_tail). The lrs stay the real steps' only (checkpoint_due counts them).
     """
-    c, spe, spc = self.config, plan["spe"], self.config.train.steps_per_call
-    batches = epoch_batches(plan["pool"], c.train.batch_size, spc, np.random.default_rng(plan["shuffle"]),
-                            take=plan["per_epoch"])
-    lrs = plan["lrs"].astype(np.float32)
+    c, spe, spc = self.config, plan.steps, self.config.train.steps_per_call
+    batches = epoch_batches(plan.pool, c.train.batch_size, spc, np.random.default_rng(plan.shuffle),
+                            take=plan.per_epoch)
+    lrs = plan.lrs.astype(np.float32)
     chunks = [Batch(*[f[k] for f in batches]) for k in range(len(batches.index))]
     lr_chunks = [lrs[a:a + spc] for a in range(0, spe, spc)]
     if c.train.tail_multiple:
@@ -181,17 +193,17 @@ class Learner:
     rate = n[len(outs[0]):].sum() / max(t_end - t0, 1e-9)
     m, n = m[n > 0], n[n > 0]
     means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
-    lr = float(plan["lrs"][-1])
+    lr = float(plan.lrs[-1])
     tc = self.config.train
     refs = health.reference_values(chunks, temperature=tc.temperature, base_temperature=tc.base_temperature)
     self.rs.curves.append({"task": t, "epoch": e + 1, **means, "lr": lr, **refs})
-    self.rs.pass_log.append({"task": t, "epoch": e, "step": self.rs.steps_done, "steps": plan["spe"],
-                             "rows": plan["per_epoch"]})
-    self.rs.steps_done += plan["spe"]
+    self.rs.pass_log.append({"task": t, "epoch": e, "step": self.rs.steps_done, "steps": plan.steps,
+                             "rows": plan.per_epoch})
+    self.rs.steps_done += plan.steps
     self.rs.segment.epoch += 1
     p = self.rs.progress
     p.epoch, p.call, p.partial, p.boundary_done = e + 1, 0, [], False
-    p.lr_max = max(p.lr_max, float(np.max(plan["lrs"])))
+    p.lr_max = max(p.lr_max, float(np.max(plan.lrs)))
     bar.update(1)
     bar.set_postfix(loss=f"{means['loss']:.3f}", ird=f"{means['ird']:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
     if self.writer:

@@ -108,7 +108,7 @@ class VmappedSeeds:
   def begin_epoch(self, runs, plans) -> None:
     self._state = _stack([r.state for r in runs])
     self._past = None if runs[0].past is None else _stack([r.past for r in runs])
-    self._masks = jnp.stack([p["mask"] for p in plans])
+    self._masks = jnp.stack([p.mask for p in plans])
     self._data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
 
   def execute(self, runs, chunks, lrs) -> list:

@@ -279,14 +279,14 @@ def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
   run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5}), tmp_path)
   plan = run.epoch_plan(0)
   chunks, lrs = run.epoch_chunks(plan)
-  spe = plan["spe"]
+  spe = plan.steps
   assert spe % 5 and [len(x) for x in lrs] == [5] * (spe // 5) + [spe % 5]
   assert all(ch.index.shape[0] == 5 for ch in chunks)
   has_data = np.concatenate([np.any(ch.valid, axis=-1) for ch in chunks])
   np.testing.assert_array_equal(has_data, np.arange(len(has_data)) < spe)
   flat = np.concatenate([ch.index[ch.valid] for ch in chunks])
-  assert len(flat) == plan["per_epoch"] == len(set(flat.tolist()))
-  np.testing.assert_array_equal(np.concatenate(lrs), plan["lrs"][:spe])
+  assert len(flat) == plan.per_epoch == len(set(flat.tolist()))
+  np.testing.assert_array_equal(np.concatenate(lrs), plan.lrs[:spe])
   np.testing.assert_array_equal(steps.pad_lrs(lrs[-1], 5), np.r_[lrs[-1], np.zeros(5 - spe % 5)])
 
 
@@ -315,7 +315,7 @@ def test_the_short_last_step_becomes_a_chunk_of_its_rows(tmp_path):
   of 48 rows; every other step, the samples and the lrs stay as they were."""
   run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5, "train.tail_multiple": 16}), tmp_path / "a")
   plan = run.epoch_plan(0)
-  assert plan["per_epoch"] == 750 and plan["spe"] == 12
+  assert plan.per_epoch == 750 and plan.steps == 12
   for spc, lens in ((5, [5, 5, 1, 1]), (1, [1] * 12)):  # the tail shares its chunk / is alone in it
     r = train.ContinualRun(two_tasks(**{"train.steps_per_call": spc}), tmp_path / str(spc))
     full, full_lrs = r.epoch_chunks(plan)

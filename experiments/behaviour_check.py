@@ -26,26 +26,14 @@ CASES = {
     "sd_two_seeds": {**TWO, "num_seeds": 2},
     "sd_detected": {**TWO, "boundaries": "detected"},
 }
-# What may differ between two runs of the same work: wall-clock figures and where and when a file was written.
-VOLATILE = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s", "provenance"}
-
-
-def strip(obj):
-  if isinstance(obj, dict):
-    return {k: strip(v) for k, v in obj.items() if k not in VOLATILE}
-  if isinstance(obj, list):
-    return [strip(v) for v in obj]
-  return obj
-
-
 def run_case(name: str, out: pathlib.Path) -> dict:
   from configs import tiny  # noqa: PLC0415  (jax after the flags)
-  from lasp_jax import config_lib, seeds, train  # noqa: PLC0415
+  from lasp_jax import config_lib, report, seeds, train  # noqa: PLC0415
   config = config_lib.override(tiny.get_config(), pictures=False, **CASES[name])
   wd = out / name
   if config.num_seeds > 1:
-    return {"seeds": [strip(r) for r in seeds.SeedGroup(config, wd).run()]}
-  return strip(train.ContinualRun(config, wd).run())
+    return {"seeds": [report.without_volatile(r) for r in seeds.SeedGroup(config, wd).run()]}
+  return report.without_volatile(train.ContinualRun(config, wd).run())
 
 
 def differences(a, b, path="") -> list[str]:

@@ -134,6 +134,21 @@ def run_pictures(results: dict, workdir) -> list[pathlib.Path]:
   return paths
 
 
+# Wall-clock figures and where and when a results file was written (a run may resume on another day, machine or
+# checkout): what may differ between two runs of the same work.
+VOLATILE_KEYS = frozenset({"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s",
+                           "provenance"})
+
+
+def without_volatile(obj):
+  """results.json without its wall-clock figures and provenance: what two runs of the same work must share."""
+  if isinstance(obj, dict):
+    return {k: without_volatile(v) for k, v in obj.items() if k not in VOLATILE_KEYS}
+  if isinstance(obj, list):
+    return [without_volatile(v) for v in obj]
+  return obj
+
+
 def results(config, stream, rs, *, wall_time_s: float) -> dict:
   """The results.json of a run from its state ``rs`` (run_state.RunState): accuracy matrices and their summaries,
   curves, boundaries, health, baselines, timing, provenance."""

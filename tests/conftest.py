@@ -92,11 +92,6 @@ def init(module, x, seed=0, **kwargs):
                  compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
 
-# Wall-clock figures and where and when a results file was written (a run may resume on another day, machine or
-# checkout): what may differ between two runs of the same work.
-TIMING_KEYS = {"wall_time_s", "search_s", "eb_s", "timing", "train_s", "boundary_s", "probe_s", "provenance"}
-
-
 def run_cli(workdir, *args, fault=None):
   """``python -m lasp_jax.main --workdir=WORKDIR ARGS`` in a subprocess; ``fault`` (LASP_FAULT) kills it there."""
   import subprocess  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
@@ -110,12 +105,9 @@ def run_cli(workdir, *args, fault=None):
 
 
 def strip_timing(obj):
-  """results.json without its wall-clock figures and provenance: what two runs of the same work must share."""
-  if isinstance(obj, dict):
-    return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
-  if isinstance(obj, list):
-    return [strip_timing(v) for v in obj]
-  return obj
+  """results.json without its wall-clock figures and provenance (lasp_jax.report.without_volatile)."""
+  from lasp_jax import report  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  return report.without_volatile(obj)
 
 
 def tiny_config(**overrides):

@@ -4,13 +4,14 @@
     python -m experiments.behaviour_check --out=/tmp/after --compare=/tmp/before
 
 Each case is configs/tiny.py with a few keys (every method on 2 Split tasks, a 3-domain SD run, two seeds, a
-detected-boundary run); a case's record is its results.json without wall-clock figures and provenance. The
+detected-boundary run, two vmapped seeds, a run stopped mid-task and resumed); a case's record is its results.json without wall-clock figures and provenance. The
 comparison prints one line per case, equal or the first keys that differ, and exits 1 if any differ.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 
@@ -24,16 +25,31 @@ CASES = {
     "sd_3_domains": {**TWO, "data.num_tasks": 3, "data.scenario": "domain", "model.normalize_embedding": False,
                      "lasp.srs_data": "onlypast", "train.lr": 0.01, "eval.raw_pixels": False},
     "sd_two_seeds": {**TWO, "num_seeds": 2},
+    "sd_vmapped_seeds": {**TWO, "num_seeds": 2, "seeds_mode": "vmap"},
     "sd_detected": {**TWO, "boundaries": "detected"},
+    "sd_resumed": {**TWO, "train.checkpoint_every_steps": 2},
 }
+# A case here stops at this fault point (checkpoint.fault_point) and is resumed in the same process.
+STOP_AT = {"sd_resumed": "step:1:0:2"}
+
+
 def run_case(name: str, out: pathlib.Path) -> dict:
   from configs import tiny  # noqa: PLC0415  (jax after the flags)
-  from lasp_jax import config_lib, report, seeds, train  # noqa: PLC0415
+  from lasp_jax import checkpoint, config_lib, report, seeds, train  # noqa: PLC0415
   config = config_lib.override(tiny.get_config(), pictures=False, **CASES[name])
   wd = out / name
   if config.num_seeds > 1:
     return {"seeds": [report.without_volatile(r) for r in seeds.SeedGroup(config, wd).run()]}
-  return report.without_volatile(train.ContinualRun(config, wd).run())
+  if name in STOP_AT:
+    os.environ.update(LASP_FAULT=STOP_AT[name], LASP_FAULT_MODE="raise")
+    try:
+      train.train_and_evaluate(config, wd)
+      raise SystemExit(f"error: case {name} never reached {STOP_AT[name]}")
+    except checkpoint.FaultInjected:
+      pass
+    finally:
+      del os.environ["LASP_FAULT"], os.environ["LASP_FAULT_MODE"]
+  return report.without_volatile(train.train_and_evaluate(config, wd))
 
 
 def differences(a, b, path="") -> list[str]:

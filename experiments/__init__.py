@@ -1,1 +1,6 @@
 """The paper's experiments: tables, figures, the budget study, the side-by-side with the published code."""
+
+from lasp_jax import host_memory
+
+# The experiments are programs, like lasp_jax.main: malloc keeps freed blocks before JAX's backend starts (host_memory.py).
+host_memory.keep_freed_memory()

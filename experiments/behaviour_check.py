@@ -3,9 +3,10 @@
     python -m experiments.behaviour_check --out=/tmp/before           # at the old commit
     python -m experiments.behaviour_check --out=/tmp/after --compare=/tmp/before
 
-Each case is configs/tiny.py with a few keys (every method on 2 Split tasks, a 3-domain SD run, two seeds, a
-detected-boundary run, two vmapped seeds, a run stopped mid-task and resumed); a case's record is its results.json without wall-clock figures and provenance. The
-comparison prints one line per case, equal or the first keys that differ, and exits 1 if any differ.
+Each case is configs/tiny.py with a few keys (every method on 2 Split tasks, a 3-domain SD run, two seeds one
+after another and vmapped, a detected-boundary run, a run stopped mid-task and resumed); a case's record is its
+results.json without wall-clock figures and provenance. The comparison prints one line per case, equal or the
+first keys that differ, and exits 1 if any differ.
 """
 
 from __future__ import annotations

@@ -31,13 +31,13 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration.", 
 _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
 
 
-def readouts(run, t: int, variables) -> dict:
+def readouts(ctx, carry, t: int, variables) -> dict:
   """{readout: {metric: overall accuracy}} on task t's probe data for these encoder variables."""
-  pd = evaluate.probe_data(run.readout_inputs(), t)
-  kw = evaluate.readout_kwargs(run.readout_inputs())
+  pd = evaluate.probe_data(train.readout_inputs(ctx, carry), t)
+  kw = evaluate.readout_kwargs(train.readout_inputs(ctx, carry))
   out = {}
   for name, kind in (("lbfgs_encoder", "encoder"), ("lbfgs_pixels", "pixels")):
-    out[name] = probe.linear_readout(run.model, variables, run.data, run.test_data, pd, kind=kind, **kw).overall
+    out[name] = probe.linear_readout(ctx.model, variables, carry.data, ctx.test_data, pd, kind=kind, **kw).overall
   return out
 
 
@@ -46,10 +46,9 @@ def main(argv):
   xla_cache.enable("~/.cache/lasp_jax/xla")
   config = _CONFIG.value
   config.progress = False
-  run = train.ContinualRun(config, tempfile.mkdtemp(prefix="diagnose_"),
-                           on_task_end=lambda r, t: readouts(r, t, r.state.variables()))
-  initial = jax.tree.map(lambda x: x.copy(), run.state.variables())
-  res = run.run()
+  ctx, carry = train.start(config, tempfile.mkdtemp(prefix="diagnose_"))
+  initial = jax.tree.map(lambda x: x.copy(), carry.state.variables())
+  res = train.run(ctx, carry, on_task_end=lambda x, c, t: readouts(x, c, t, c.state.variables()))
   last = res["num_tasks"] - 1
   rows = []
   for t in range(res["num_tasks"]):
@@ -61,11 +60,11 @@ def main(argv):
     rows.append(dict(task=t, lr_first=curves[0]["lr"], lr_last=curves[-1]["lr"], loss_first=curves[0]["loss"],
                      loss_last=curves[-1]["loss"], sgd_probe_task_mean=sgd_overall,
                      **{k: v for k, v in extra.items() if k != "task"}))
-  untrained = readouts(run, last, initial)
+  untrained = readouts(ctx, carry, last, initial)
   # The SGD probe of the untrained encoder, on the same final probe data.
-  run.state = run.state.replace(params=initial["params"], batch_stats=initial["batch_stats"])
-  run.evaluate(last)
-  untrained["sgd_probe"] = {n: run.rs.overall[n][last] for n in run.rs.overall}
+  carry.state = carry.state.replace(params=initial["params"], batch_stats=initial["batch_stats"])
+  train.evaluate_task(ctx, carry, last)
+  untrained["sgd_probe"] = {n: carry.rs.overall[n][last] for n in carry.rs.overall}
   report = dict(method=config.method, final_sgd_probe=res["final"], tasks=rows,
                 untrained_encoder_final=untrained, wall_time_s=res["wall_time_s"])
   text = json.dumps(report, indent=1, default=float)

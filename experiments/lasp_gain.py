@@ -33,7 +33,7 @@ from absl import app, flags, logging
 
 from configs import mnist5k, rmnist
 from experiments import aggregate, runner
-from lasp_jax import config_lib, evaluate, health, probe, xla_cache
+from lasp_jax import config_lib, evaluate, health, probe, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -109,14 +109,14 @@ def config_for(point: Point, method: str, srs: str, seed: int):
   return config_lib.resolved(c)
 
 
-def published_probe(run, t: int) -> dict:
+def published_probe(ctx, carry, t: int) -> dict:
   """The published SGD probe on the run's final probe data (the hook runs after the L-BFGS read-out)."""
-  if t != run.stream.num_tasks - 1:
+  if t != ctx.stream.num_tasks - 1:
     return {}
   cfg = probe.ProbeConfig(epochs=100, lr=1.0, batch_size=256, augment=True, select_best_on_test=False,
                           standardize=False)
-  key = jax.random.fold_in(jax.random.PRNGKey(run.config.seed), 104729 + t)
-  inputs = run.readout_inputs()
+  key = jax.random.fold_in(jax.random.PRNGKey(ctx.config.seed), 104729 + t)
+  inputs = train.readout_inputs(ctx, carry)
   res = probe.run_probe(key, inputs.model, inputs.variables, inputs.data, evaluate.probe_data(inputs, t), cfg=cfg,
                         **evaluate.readout_kwargs(inputs))
   row = res.per_task["domain_il"]

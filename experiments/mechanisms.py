@@ -29,7 +29,7 @@ import optax
 from absl import app, flags, logging
 
 from experiments import aggregate, equal_heads
-from lasp_jax import config_lib, errors, health, provenance, steps, train, xla_cache
+from lasp_jax import config_lib, epochs, errors, health, provenance, steps, train, xla_cache
 from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.data import augment
 
@@ -45,56 +45,56 @@ def define_flags() -> None:
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 
 
-def head_output(run, views):
+def head_output(ctx, carry, views):
   """The head's output before centring and normalization (train-mode encoder), (2B, D)."""
-  p = run.state.params["head"]
-  (feats, _), _ = run.model.apply(run.state.variables(), views, train=True, mutable=["batch_stats"])
+  p = carry.state.params["head"]
+  (feats, _), _ = ctx.model.apply(carry.state.variables(), views, train=True, mutable=["batch_stats"])
   h = jax.nn.relu(feats @ p["fc1"]["kernel"] + p["fc1"]["bias"])
   return np.asarray(h @ p["fc2"]["kernel"] + p["fc2"]["bias"], np.float64)
 
 
-def first_batch(run, t: int):
+def first_batch(ctx, carry, t: int):
   """Task t's first training batch as the run's next epoch would draw it, its two views and labels."""
-  plan = run.epoch_plan(t)
-  b = steps.epoch_batches(plan.pool, run.config.train.batch_size, 1, np.random.default_rng(plan.shuffle),
+  plan = epochs.epoch_plan(ctx, carry, t)
+  b = steps.epoch_batches(plan.pool, ctx.config.train.batch_size, 1, np.random.default_rng(plan.shuffle),
                           take=plan.per_epoch)
   batch = jax.tree.map(lambda f: jax.numpy.asarray(f[0, 0]), b)
-  key = jax.random.fold_in(run.state.rng, 0)
-  views = augment.two_views(key, run.data.images[batch.index], run.data.angles[batch.domain], run.aug_cfg)
-  labels = steps.contrastive_labels(run.data.labels[batch.index], run.data.tags[batch.domain], run.loss_cfg)
+  key = jax.random.fold_in(carry.state.rng, 0)
+  views = augment.two_views(key, carry.data.images[batch.index], carry.data.angles[batch.domain], ctx.aug_cfg)
+  labels = steps.contrastive_labels(carry.data.labels[batch.index], carry.data.tags[batch.domain], ctx.loss_cfg)
   return batch, views, labels
 
 
-def measure(run, t: int) -> dict:
+def measure(ctx, carry, t: int) -> dict:
   """Offset and spread of the head's output, the loss terms beside their degenerate values, each term's gradient
   norm as the step weighs it, on task t's first batch (the past model and mask as the run holds them)."""
-  batch, views, labels = first_batch(run, t)
+  batch, views, labels = first_batch(ctx, carry, t)
   valid = np.concatenate([np.asarray(batch.valid)] * 2)
-  h = head_output(run, views)[valid]
+  h = head_output(ctx, carry, views)[valid]
   mean = h.mean(0)
   spread = float(np.sqrt(np.mean(np.sum((h - mean) ** 2, axis=1))))
-  mask = jnp.asarray(run.rs.mask, bool)
+  mask = jnp.asarray(carry.rs.mask, bool)
 
   def term(k):
     def f(params):
-      return steps._losses(params, run.state, run.past, mask, views, labels, batch, run.model, run.loss_cfg)[1][k]
+      return steps._losses(params, carry.state, carry.past, mask, views, labels, batch, ctx.model, ctx.loss_cfg)[1][k]
     return f
   offset = float(np.linalg.norm(mean))
   out = {"offset": offset, "spread": spread, "offset_over_spread": offset / spread,
-         "selected_dims": int(np.sum(run.rs.mask))}
-  sup, g_sup = jax.value_and_grad(term(0))(run.state.params)
+         "selected_dims": int(np.sum(carry.rs.mask))}
+  sup, g_sup = jax.value_and_grad(term(0))(carry.state.params)
   n = int(np.sum(np.asarray(batch.valid)))
   cur = int(np.sum(np.asarray(batch.valid) & np.asarray(batch.is_current)))
-  tc = run.config.train
+  tc = ctx.config.train
   out.update(supcon=float(sup), supcon_const=health.supcon_constant_value(
       num_valid=[n], num_current=[cur], temperature=tc.temperature, base_temperature=tc.base_temperature),
       grad_supcon=float(optax.tree.norm(g_sup)))
-  if run.past is not None:
-    ird, g_ird = jax.value_and_grad(term(1))(run.state.params)
-    w = run.loss_cfg.ird_weight
+  if carry.past is not None:
+    ird, g_ird = jax.value_and_grad(term(1))(carry.state.params)
+    w = ctx.loss_cfg.ird_weight
     out.update(ird=float(ird), ird_uniform=health.ird_uniform_value(num_valid=[n]), ird_weight=w,
                grad_weighted_ird=w * float(optax.tree.norm(g_ird)))
-    (_, z), _ = run.model.apply(run.state.variables(), views, train=True, mask=jnp.asarray(valid),
+    (_, z), _ = ctx.model.apply(carry.state.variables(), views, train=True, mask=jnp.asarray(valid),
                                 mutable=["batch_stats"])
     zv = np.asarray(z, np.float64)[valid]
     out["z_var"] = float(np.sum(zv.var(0)) / np.mean(np.sum(zv ** 2, 1)))
@@ -108,18 +108,17 @@ def first_later_task(point, seed: int) -> list[dict]:
     for label in FIRST_LATER:
       config = equal_heads.config_for(point, by_label[label], head, seed)
       with tempfile.TemporaryDirectory() as wd:
-        run = train.ContinualRun(config, wd)
-        run.start()
-        run.run_task(0)
-        run.before_epoch(1)  # the boundary: memory, past model, mask search
-        start = measure(run, 1)
+        ctx, carry = train.start(config, wd)
+        train.run_task(ctx, carry, 0)
+        epochs.before_epoch(ctx, carry, 1)  # the boundary: memory, past model, mask search
+        start = measure(ctx, carry, 1)
         try:
-          run.run_task(1)
-          end, diverged = measure(run, 1), None
+          train.run_task(ctx, carry, 1)
+          end, diverged = measure(ctx, carry, 1), None
         except errors.NonFiniteLoss as e:  # a diverged task 1 is a finding: its row says where
           end, diverged = None, e.what
-        curves = [c for c in run.rs.curves if c["task"] == 1]
-        flags_ = sorted({f["check"] for f in run.rs.health if f["task"] == 1})
+        curves = [c for c in carry.rs.curves if c["task"] == 1]
+        flags_ = sorted({f["check"] for f in carry.rs.health if f["task"] == 1})
       curve = [{k: c[k] for k in ("epoch", "supcon", "ird", "z_var", "grad_norm")} for c in curves]
       rows.append({"head": head, "method": label, "seed": seed, "start": start, "end": end, "task1_flags": flags_,
                    "task1_curve": curve, "diverged": diverged})
@@ -138,13 +137,13 @@ def co2l_whole_run(point, seed: int) -> list[dict]:
                                                      **{"eval.every_task": True, "eval.raw_pixels": False}))
     ends = []
 
-    def at_end(run, t, ends=ends):
-      m = measure(run, t)
+    def at_end(ctx, carry, t, ends=ends):
+      m = measure(ctx, carry, t)
       ends.append({"task": t, **{k: m[k] for k in ("offset", "spread", "offset_over_spread") if k in m},
                    **({"z_var": m["z_var"]} if "z_var" in m else {})})
       return {}
     with tempfile.TemporaryDirectory() as wd:
-      res = train.ContinualRun(config, wd, on_task_end=at_end).run()
+      res = train.train_and_evaluate(config, wd, on_task_end=at_end)
     acc = np.array([[np.nan if v is None else v for v in row] for row in res["acc_matrix"]["domain_il"]])
     diag = np.diag(acc)
     rows.append({"head": head, "seed": seed, "final": res["final"]["domain_il"], "diagonal": diag.tolist(),

@@ -21,7 +21,7 @@ import tempfile
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import baselines, config_lib, evaluate, train
+from lasp_jax import baselines, boundary, config_lib, context, evaluate, train
 from lasp_jax.errors import LaspError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -31,12 +31,12 @@ def raw_pixels(config) -> dict:
   """{"raw_pixels": accuracy per metric} of ``config``'s final probe data."""
   cfg = config_lib.override(baselines.baseline_config(config, "finetune"), num_seeds=1)
   with tempfile.TemporaryDirectory() as workdir:
-    run = train.ContinualRun(cfg, workdir)
-    last = run.stream.num_tasks - 1
+    ctx, carry = train.build(cfg, workdir)
+    last = ctx.stream.num_tasks - 1
     for t in range(1, last + 1):
-      run.note_pass(t - 1)
-      run.open_segment(t)  # the memory update alone: finetune distills nothing
-    inputs = run.readout_inputs()
+      carry.rs.segment.passes.append([t - 1, context.slot(ctx, carry, t - 1)])
+      boundary.open_segment(ctx, carry, t)  # the memory update alone: finetune distills nothing
+    inputs = train.readout_inputs(ctx, carry)
     return {"raw_pixels": evaluate.raw_pixels(inputs, last, evaluate.probe_data(inputs, last))}
 
 

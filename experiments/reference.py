@@ -128,7 +128,7 @@ def main(argv):
       config = lasp_config(p, method, seed, p["angles"], FLAGS.idx_dir)
       wd = out / "runs" / f"{p['data']}_{method}_{config_lib.config_hash(config)}"
       done = wd / "results.json"
-      res = json.loads(done.read_text()) if done.exists() else train.ContinualRun(config, wd).run()
+      res = json.loads(done.read_text()) if done.exists() else train.train_and_evaluate(config, wd)
       records.append({"side": "lasp_jax", "protocol": pkey, "method": method, "seed": seed,
                       "angles": p["angles"], "angles_from_published_seed": rec["seed"], "workdir": str(wd),
                       **lasp_side(res)})

@@ -105,7 +105,7 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
         records.append({**tags, "workdir": str(wd), "error": "not run yet"})
         continue
       else:
-        res = train.ContinualRun(config, wd, on_task_end=on_task_end).run()
+        res = train.train_and_evaluate(config, wd, on_task_end=on_task_end)
       records.append({**tags, "workdir": str(wd), "results": res})
     except Exception as e:  # noqa: BLE001  (a failed run must not stop the grid; its marker keeps the traceback)
       print(f"run FAILED {tags} in {wd}: {e}")
@@ -272,7 +272,8 @@ TABLE3_SUBSETS = {"tiny": 10}
 
 def table3(scale, seeds, out):
   n = TABLE3_SUBSETS.get(scale, subsets.NUM_SUBSETS)
-  hook = lambda run, t: {"subsets": subsets.boundary_table(run, t, n)} if t < run.stream.num_tasks - 1 else {}
+  hook = lambda ctx, carry, t: ({"subsets": subsets.boundary_table(ctx, carry, t, n)}
+                                if t < ctx.stream.num_tasks - 1 else {})
   records = run_grid(out, grid_table3(scale, seeds), on_task_end=hook)
   tasks = range(max(1, records[0]["results"]["num_tasks"] - 1) if records and "results" in records[0] else 4)
   header = [""] + [f"Task {t + 1}" for t in tasks]

@@ -42,7 +42,7 @@ def run_or_skip(workdir, config, on_task_end: Optional[Callable] = None, keep_bu
   if done is not None:
     return done
   try:
-    res = train.ContinualRun(config, workdir, on_task_end=on_task_end).run()
+    res = train.train_and_evaluate(config, workdir, on_task_end=on_task_end)
   except TrainingError as e:
     res = mark_failed(workdir, str(e), config.seed)
   if not keep_bulky:

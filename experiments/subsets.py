@@ -20,10 +20,10 @@ from lasp_jax import probe
 NUM_SUBSETS = 100  # per boundary, as in the paper
 
 
-def embed(run, data, index):
+def embed(ctx, carry, data, index):
   """Eval-mode head embeddings of ``data.images[index]`` (no augmentation)."""
-  return probe.extract_features(run.model, run.state.variables(), data, index, np.zeros(len(index), np.int64),
-                                run.aug_cfg, kind="embedding")
+  return probe.extract_features(ctx.model, carry.state.variables(), data, index, np.zeros(len(index), np.int64),
+                                ctx.aug_cfg, kind="embedding")
 
 
 @functools.partial(jax.jit, static_argnames=("num_classes", "steps"))
@@ -53,10 +53,10 @@ def subset_accuracy(subsets, x_tr, y_tr, x_te, y_te, *, num_classes, steps=300, 
   return jax.vmap(one)(subsets)
 
 
-def boundary_table(run, t: int, num_subsets=NUM_SUBSETS, subset_dim=10, seed=0):
+def boundary_table(ctx, carry, t: int, num_subsets=NUM_SUBSETS, subset_dim=10, seed=0):
   """Mean and std (over subsets) of past- and future-task accuracy after task t."""
-  s = run.stream
-  d = run.config.model.embedding_dim
+  s = ctx.stream
+  d = ctx.config.model.embedding_dim
   rng = np.random.default_rng([seed, t])
   subsets = jnp.asarray(np.stack([rng.choice(d, min(subset_dim, d), replace=False) for _ in range(num_subsets)]))
   out = {}
@@ -66,8 +66,8 @@ def boundary_table(run, t: int, num_subsets=NUM_SUBSETS, subset_dim=10, seed=0):
       continue
     tr = np.concatenate([s.train_indices(j) for j in tasks])
     te = np.concatenate([s.test_indices(j) for j in tasks])
-    acc = subset_accuracy(subsets, embed(run, run.data, tr), jnp.asarray(s.train_labels[tr]),
-                          embed(run, run.test_data, te), jnp.asarray(s.test_labels[te]),
+    acc = subset_accuracy(subsets, embed(ctx, carry, carry.data, tr), jnp.asarray(s.train_labels[tr]),
+                          embed(ctx, carry, ctx.test_data, te), jnp.asarray(s.test_labels[te]),
                           num_classes=s.num_classes)
     acc = 100 * np.asarray(acc)
     out[name] = {"mean": float(acc.mean()), "std": float(acc.std())}

@@ -16,12 +16,6 @@ The full continual-learning runner is ``python -m lasp_jax.main`` (or the ``lasp
 
 import importlib
 
-from lasp_jax import host_memory
-
-# Before any lasp_jax module can start JAX's backend, whose threads take their malloc arenas then (host_memory.py;
-# LASP_KEEP_FREED_MEMORY=0 leaves malloc alone).
-host_memory.keep_freed_memory()
-
 # Exported lazily: `python -m lasp_jax.main` rejects a bad config before jax loads (~3 s).
 _EXPORTS = {"supcon_loss": "losses", "ird_loss": "losses", "selective_ird_loss": "losses",
             "l2_normalize": "losses", "search_mask": ("mask_search", "search"), "SearchResult": "mask_search",

@@ -7,8 +7,9 @@ of embedding dims, GM the EB salience, carried in the optimizer state).
 
 from __future__ import annotations
 
-from lasp_jax import checkpoint, pools
-from lasp_jax.run_state import MemoryRecord, RunState, Segment
+from lasp_jax import checkpoint, context, lookahead, pools
+from lasp_jax.context import Carry, Context
+from lasp_jax.run_state import MemoryRecord, Segment
 from lasp_jax.steps import past_model
 
 
@@ -18,28 +19,27 @@ def segment_samples(stream, passes) -> pools.Batch:
   return pools.concat_pools(*parts) if parts else pools.empty_pool()
 
 
-def open_segment(rs: RunState, t: int, *, config, stream, method, state, past, slot, lookahead):
-  """A new segment before the next epoch of task t; returns the (train state, past model) to train it with.
-
-  ``slot(t)``: task t's slot in the new segment (the run's: it may add one); ``lookahead(segment, memory,
-  pool)``: lookahead.at_boundary on the model as it ended the segment before.
-  """
+def open_segment(ctx: Context, carry: Carry, t: int) -> None:
+  """A new segment before the next epoch of task t: the memory from the segment that ends, the past model
+  (methods that distil), the look-ahead on the model as it ended that segment (methods that look ahead)."""
   checkpoint.fault_point(f"boundary:{t}")
+  rs, stream, config = carry.rs, ctx.stream, ctx.config
   previous, seen = segment_samples(stream, rs.segment.passes), rs.segment.seen
   k = rs.segment.index + 1
   rs.segment = Segment(index=k, seen=seen + len(previous.index))
   mem = stream.update_memory(rs.memory.get(), task=k, capacity=config.memory.size, seed=config.seed,
                              previous=previous, seen=seen)
   rs.memory = MemoryRecord.of(mem)
-  if not method.distills:
-    return state, past
-  past = past_model(state)
-  if not method.looks_ahead:
-    return state, past
-  res = lookahead(k, mem, pools.training_pool(stream, mem, t, slot(t)))
-  state = method.take_lookahead(rs, state, res, task=t)
+  if not ctx.method.distills:
+    return
+  carry.past = past_model(carry.state)
+  if not ctx.method.looks_ahead:
+    return
+  pool = pools.training_pool(stream, mem, t, context.slot(ctx, carry, t))
+  res = lookahead.at_boundary(k, mem, pool, config=config, stream=stream, parts=ctx.parts,
+                              variables=carry.state.variables(), data=carry.data)
+  carry.state = ctx.method.take_lookahead(rs, carry.state, res, task=t)
   info = dict(task=t, **res.info)
   if not stream.given_boundaries:
     info.update(segment=k, step=rs.steps_done)
   rs.boundaries.append(info)
-  return state, past

@@ -6,8 +6,9 @@ so every call page-faults the whole buffer again: 55,000 minor faults, ~50 ms of
 2-core Intel Xeon. Small epochs run many such calls (a later domain of the evidence config: one full step and a
 short one per epoch). One arena, no mmap and no trimming below 2 GB make the next call reuse the freed pages:
 no faults, the same results (only where memory comes from changes), a little more resident memory
-(BENCHMARKS.md). Set when lasp_jax is imported, so before any of its modules can start JAX's backend (a process
-that has run XLA computations already keeps the arenas its threads took). glibc (Linux) only; elsewhere, or
+(BENCHMARKS.md). The programs set it first thing (lasp_jax.main, experiments/, perf/, the tests' conftest),
+before JAX's backend starts (a process that has run XLA computations already keeps the arenas its threads
+took); importing lasp_jax changes nothing. glibc (Linux) only; elsewhere, or
 with LASP_KEEP_FREED_MEMORY=0, nothing changes.
 """
 

@@ -7,8 +7,11 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib
+from lasp_jax import config_lib, host_memory
 from lasp_jax.errors import LaspError
+
+# Before JAX's backend starts: its threads take their malloc arenas then (host_memory.py).
+host_memory.keep_freed_memory()
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default: a new folder under runs/).")

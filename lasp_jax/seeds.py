@@ -1,6 +1,6 @@
 """N seeds of one config: ``--config.num_seeds=N``, vmapped or one after another.
 
-Each seed k is a :class:`train.ContinualRun` of ``seed + k`` in ``WORKDIR/seed_<k>``,
+Each seed k is the run (train.py) of ``seed + k`` in ``WORKDIR/seed_<k>``,
 with its own memory, past model, SD mask, GM salience, data order, augmentation and
 (R-MNIST) rotations, its own checkpoints and its own ``results.json``, as a separate
 run would write. ``seeds_mode=vmap``: only the training chunks run together: their
@@ -19,7 +19,6 @@ behind (the process died between two seeds' saves) first catches up on its own.
 
 from __future__ import annotations
 
-import functools
 import os
 import statistics
 
@@ -30,10 +29,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from lasp_jax import config_lib, epochs, health, metrics
+from lasp_jax import config_lib, epochs, health, metrics, train
 from lasp_jax.checkpoint import write_text_atomic
 from lasp_jax.steps import Batch, make_chunk_fn
-from lasp_jax.train import ContinualRun, charge_training
 
 
 def seed_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:
@@ -68,58 +66,60 @@ class SeedGroup:
   """The seeds of one config: trained in lockstep (vmapped) or one after another."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir, devices=None):
-    self.workdir = str(workdir)
-    self.runs = [ContinualRun(c, os.path.join(self.workdir, f"seed_{k}"), devices=devices)
-                 for k, c in enumerate(seed_configs(config))]
+    self.workdir, self.devices = str(workdir), devices
+    self.configs = seed_configs(config)
 
-  @functools.cached_property
-  def executor(self) -> "VmappedSeeds":
-    return VmappedSeeds(self.runs)
+  def _dir(self, k: int) -> str:
+    return os.path.join(self.workdir, f"seed_{k}")
 
   def run(self) -> list[dict]:
-    results = self._in_lockstep() if vmapped(self.runs[0].config) else [r.run() for r in self.runs]
+    if vmapped(self.configs[0]):
+      results = self._in_lockstep()
+    else:
+      results = [train.train_and_evaluate(c, self._dir(k), devices=self.devices) for k, c in enumerate(self.configs)]
     write_text_atomic(os.path.join(self.workdir, "seeds.md"), seed_table(results))
     return results
 
   def _in_lockstep(self) -> list[dict]:
-    for r in self.runs:
-      r.start()
-    where = lambda r: (r.rs.progress.task, r.rs.progress.epoch, r.rs.progress.call)
-    ahead = max(where(r) for r in self.runs)
-    for r in self.runs:  # a seed saved one task-end checkpoint less than another: it trains alone to catch up
-      while where(r) < ahead and r.rs.progress.task < r.stream.num_tasks:
-        r.run_task(r.rs.progress.task)
-    for t in range(self.runs[0].rs.progress.task, self.runs[0].stream.num_tasks):
-      charge_training(self.runs, lambda t: epochs.train_task(self.runs, t, self.executor), t)
-      for r in self.runs:
-        r.after_task(t)
-    return [r.finish() for r in self.runs]
+    ctxs, carries = zip(*[train.start(c, self._dir(k), self.devices) for k, c in enumerate(self.configs)])
+    where = lambda c: (c.rs.progress.task, c.rs.progress.epoch, c.rs.progress.call)
+    ahead = max(where(c) for c in carries)
+    for x, c in zip(ctxs, carries):  # a seed saved one task-end checkpoint less than another: it catches up alone
+      while where(c) < ahead and c.rs.progress.task < x.stream.num_tasks:
+        train.run_task(x, c, c.rs.progress.task)
+    executor = VmappedSeeds(ctxs)
+    for t in range(carries[0].rs.progress.task, ctxs[0].stream.num_tasks):
+      with train.training_clock(carries):
+        epochs.train_task(ctxs, carries, t, executor)
+      for x, c in zip(ctxs, carries):
+        train.after_task(x, c, t)
+    return [train.finish(x, c) for x, c in zip(ctxs, carries)]
 
 
 class VmappedSeeds:
   """The executor of seeds in lockstep (epochs.train_task): their states stacked, one vmapped chunk program."""
 
-  def __init__(self, runs):
-    r = runs[0]
-    self.chunk_fn = make_chunk_fn(r.model, r.tx, r.aug_cfg, r.loss_cfg, seeds=len(runs),
-                                  compiler_options=r.compiler_options)
-    self.batch_sharding = NamedSharding(r.mesh, P(None, None, "data"))
+  def __init__(self, ctxs):
+    x = ctxs[0]
+    self.chunk_fn = make_chunk_fn(x.model, x.tx, x.aug_cfg, x.loss_cfg, seeds=len(ctxs),
+                                  compiler_options=x.compiler_options)
+    self.batch_sharding = NamedSharding(x.mesh, P(None, None, "data"))
 
-  def begin_epoch(self, runs, plans) -> None:
-    self._state = _stack([r.state for r in runs])
-    self._past = None if runs[0].past is None else _stack([r.past for r in runs])
+  def begin_epoch(self, ctxs, carries, plans) -> None:
+    self._state = _stack([c.state for c in carries])
+    self._past = None if carries[0].past is None else _stack([c.past for c in carries])
     self._masks = jnp.stack([p.mask for p in plans])
-    self._data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
+    self._data = carries[0].data._replace(angles=jnp.stack([c.data.angles for c in carries]))
 
-  def execute(self, runs, chunks, lrs) -> list:
+  def execute(self, ctxs, carries, chunks, lrs) -> list:
     batch = jax.device_put(_stack_np(chunks), self.batch_sharding)
     self._state, m = self.chunk_fn(self._state, self._past, self._masks, self._data, batch, lrs)
-    return [m[i] for i in range(len(runs))]
+    return [m[i] for i in range(len(carries))]
 
-  def sync(self, runs) -> None:
-    """Each run gets its seed's state (copies: the next chunk donates the stacked state's buffers)."""
-    for i, r in enumerate(runs):
-      r.state = jax.device_put(jax.tree.map(lambda x, i=i: jnp.copy(x[i]), self._state), r.replicated)
+  def sync(self, ctxs, carries) -> None:
+    """Each seed's carry gets its state (copies: the next chunk donates the stacked state's buffers)."""
+    for i, (x, c) in enumerate(zip(ctxs, carries)):
+      c.state = jax.device_put(jax.tree.map(lambda v, i=i: jnp.copy(v[i]), self._state), x.replicated)
 
 
 def mean_result(results: list[dict]) -> dict:

@@ -27,7 +27,7 @@ import optax
 from absl import app, flags, logging
 
 from configs import cifar10, mnist5k
-from lasp_jax import config_lib, cpu_kernels, epochs, losses, mask_search, provenance, salience, steps, train
+from lasp_jax import boundary, config_lib, cpu_kernels, epochs, losses, mask_search, provenance, salience, steps, train
 from lasp_jax.checkpoint import write_json_atomic
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.data import augment
@@ -129,20 +129,20 @@ def bench_augment(batch, repeats):
               compile_s=round(first - med, 3), median_s=round(med, 4), throughput=f"{batch / med:.0f} images/s")
 
 
-def _twice(run, fn):
+def _twice(ctx, carry, fn):
   """Wall seconds of two calls of ``fn``: (compile + run, warm run)."""
   def wall():
     t = time.perf_counter()
     fn()
-    jax.block_until_ready(run.state.params)
+    jax.block_until_ready(carry.state.params)
     return time.perf_counter() - t
   return wall(), wall()
 
 
-def _task(run, t):
+def _task(ctx, carry, t):
   def go():
-    run.rs.progress.epoch, run.rs.progress.call, run.rs.progress.partial = 0, 0, []
-    epochs.train_task([run], t, epochs.OneRun())
+    carry.rs.progress.epoch, carry.rs.progress.call, carry.rs.progress.partial = 0, 0, []
+    epochs.train_task([ctx], [carry], t, epochs.OneRun())
   return go
 
 
@@ -151,10 +151,10 @@ def bench_probe_and_task(repeats):
   del repeats
   config = mnist5k.get_config()
   config.progress = False
-  run = train.ContinualRun(config, tempfile.mkdtemp())
-  task_s, task_warm = _twice(run, _task(run, 0))
-  probe_s, probe_warm = _twice(run, lambda: run.evaluate(0))
-  host = host_overhead(run)
+  ctx, carry = train.build(config, tempfile.mkdtemp())
+  task_s, task_warm = _twice(ctx, carry, _task(ctx, carry, 0))
+  probe_s, probe_warm = _twice(ctx, carry, lambda: train.evaluate_task(ctx, carry, 0))
+  host = host_overhead(ctx, carry)
   return [dict(component="task 0 of configs/mnist5k.py", shape=f"{config.train.epochs_first} epochs, 800 samples",
                compile_s=round(task_s - task_warm, 2), median_s=round(task_warm, 2),
                throughput=f"{config.train.epochs_first * 800 / task_warm:.0f} samples/s"),
@@ -189,12 +189,12 @@ def bench_projection(quick: bool):
   """
   paper = cifar10.get_config()
   c = projection_config(quick)
-  run = train.ContinualRun(c, tempfile.mkdtemp())
-  t0 = _twice(run, _task(run, 0))
-  p0 = _twice(run, lambda: run.evaluate(0))
-  bd = _twice(run, lambda: run.open_segment(1))
-  t1 = _twice(run, _task(run, 1))
-  p1 = _twice(run, lambda: run.evaluate(1))
+  ctx, carry = train.build(c, tempfile.mkdtemp())
+  t0 = _twice(ctx, carry, _task(ctx, carry, 0))
+  p0 = _twice(ctx, carry, lambda: train.evaluate_task(ctx, carry, 0))
+  bd = _twice(ctx, carry, lambda: boundary.open_segment(ctx, carry, 1))
+  t1 = _twice(ctx, carry, _task(ctx, carry, 1))
+  p1 = _twice(ctx, carry, lambda: train.evaluate_task(ctx, carry, 1))
   epoch0, epoch1 = t0[1] / c.train.epochs_first, t1[1] / c.train.epochs
   probe = (p0[1] + p1[1]) / 2 * paper.eval.epochs / c.eval.epochs
   total = (paper.train.epochs_first * epoch0 + (paper.data.num_tasks - 1) * (paper.train.epochs * epoch1 + bd[1])
@@ -203,7 +203,7 @@ def bench_projection(quick: bool):
   row = lambda name, first, warm, thr: dict(component=name, shape=shape, compile_s=round(first - warm, 2),
                                             median_s=round(warm, 3), throughput=thr)
   return [row("Split-CIFAR10 SD: task-0 epoch", t0[0] / c.train.epochs_first, epoch0,
-              f"{len(run.stream.train_indices(0)) / epoch0:.0f} samples/s"),
+              f"{len(ctx.stream.train_indices(0)) / epoch0:.0f} samples/s"),
           row("Split-CIFAR10 SD: later-task epoch", t1[0] / c.train.epochs, epoch1, "task data + memory"),
           row(f"Split-CIFAR10 SD: boundary (K={c.lasp.restarts} search)", bd[0], bd[1], "memory, past model, mask"),
           row(f"Split-CIFAR10 SD: probe ({c.eval.epochs} epochs)", p0[0], p1[1], "re-augmented each epoch"),
@@ -211,22 +211,22 @@ def bench_projection(quick: bool):
                throughput=f"{total / 60:.1f} min (500 + 4 x 100 epochs, 4 boundaries, 5 probes)")]
 
 
-def host_overhead(run):
+def host_overhead(ctx, carry):
   """The host's share of one compiled chunk call: the call's wall time against the device's time for it."""
-  pool = training_pool(run.stream, run.memory, 0)
-  b = steps.epoch_batches(pool, run.config.train.batch_size, run.config.train.steps_per_call,
+  pool = training_pool(ctx.stream, carry.memory, 0)
+  b = steps.epoch_batches(pool, ctx.config.train.batch_size, ctx.config.train.steps_per_call,
                           np.random.default_rng(0))
-  mask = jnp.ones(run.config.model.embedding_dim, bool)
-  lr = jnp.full((run.config.train.steps_per_call,), 0.01)
-  chunk = lambda: steps.Batch(*[jax.device_put(f[0], run.batch_sharding) for f in b])
-  run.state, m = run.chunk_fn(run.state, None, mask, run.data, chunk(), lr)  # the state is donated
+  mask = jnp.ones(ctx.config.model.embedding_dim, bool)
+  lr = jnp.full((ctx.config.train.steps_per_call,), 0.01)
+  chunk = lambda: steps.Batch(*[jax.device_put(f[0], ctx.batch_sharding) for f in b])
+  carry.state, m = ctx.chunk_fn(carry.state, None, mask, carry.data, chunk(), lr)  # the state is donated
   jax.block_until_ready(m)
   t = time.perf_counter()
-  run.state, m = run.chunk_fn(run.state, None, mask, run.data, chunk(), lr)
+  carry.state, m = ctx.chunk_fn(carry.state, None, mask, carry.data, chunk(), lr)
   dispatch = time.perf_counter() - t
   jax.block_until_ready(m)
   total = time.perf_counter() - t
-  return dict(component="host time per compiled chunk", shape=f"{run.config.train.steps_per_call} steps",
+  return dict(component="host time per compiled chunk", shape=f"{ctx.config.train.steps_per_call} steps",
               median_s=round(total, 4), throughput=f"host {100 * dispatch / total:.2f}% of the chunk")
 
 

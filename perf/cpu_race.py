@@ -54,22 +54,22 @@ def race_config(net: str, batch: int, steps_per_call: int) -> ml_collections.Con
 
 
 def race_chunk(net: str, batch: int, steps_per_call: int, **overrides):
-  """The race's run and one chunk of its task-0 batches: (run, chunk, mask, lrs, past model).
+  """The race's run and one chunk of its task-0 batches: (ctx, carry, chunk, mask, lrs, past model).
 
   ``overrides``: top-level config keys to change (e.g. ``compute_dtype="bfloat16"``).
   """
   c = race_config(net, batch, steps_per_call)
   c.update(overrides)
-  run = train.ContinualRun(c, tempfile.mkdtemp())
-  pool = pools.training_pool(run.stream, run.memory, 0)
-  chunk = steps.Batch(*[jax.device_put(f[0], run.batch_sharding)
+  ctx, carry = train.build(c, tempfile.mkdtemp())
+  pool = pools.training_pool(ctx.stream, carry.memory, 0)
+  chunk = steps.Batch(*[jax.device_put(f[0], ctx.batch_sharding)
                         for f in steps.epoch_batches(pool, batch, steps_per_call, np.random.default_rng(0))])
   if not bool(jnp.all(chunk.valid)):
     raise RuntimeError("the timed chunk holds padding: a race would count steps that do not run")
   mask = jnp.ones(c.model.embedding_dim, bool)
   lrs = jnp.full((steps_per_call,), c.train.lr)
-  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))
-  return run, chunk, mask, lrs, past
+  past = steps.PastModel(*jax.tree.map(jnp.copy, (carry.state.params, carry.state.batch_stats)))
+  return ctx, carry, chunk, mask, lrs, past
 
 
 def chunk_call(net: str, batch: int, steps_per_call: int, **overrides):
@@ -77,10 +77,10 @@ def chunk_call(net: str, batch: int, steps_per_call: int, **overrides):
   return call_of(*race_chunk(net, batch, steps_per_call, **overrides))
 
 
-def call_of(run, chunk, mask, lrs, past):
-  """``chunk_call``'s function for a race chunk already built (``race_chunk``'s five values)."""
+def call_of(ctx, carry, chunk, mask, lrs, past):
+  """``chunk_call``'s function for a race chunk already built (``race_chunk``'s six values)."""
   def call():
-    run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)  # the state is donated
+    carry.state, m = ctx.chunk_fn(carry.state, past, mask, carry.data, chunk, lrs)  # the state is donated
     jax.block_until_ready(m)
   return call
 
@@ -98,8 +98,8 @@ def step_gflop(net: str, batch: int) -> float:
   arithmetic the PyTorch step does too (conv.py's one-channel conv1 does 2.4x its FLOPs as a
   Toeplitz matmul, which would credit lasp_jax with work PyTorch does not need). Nothing compiles.
   """
-  run, chunk, mask, lrs, past = race_chunk(net, batch, 1, model=dict(conv_backward="xla"))
-  traced = run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs)
+  ctx, carry, chunk, mask, lrs, past = race_chunk(net, batch, 1, model=dict(conv_backward="xla"))
+  traced = ctx.chunk_fn.trace(carry.state, past, mask, carry.data, chunk, lrs)
   return roofline.jaxpr_flops(traced.jaxpr) / 1e9
 
 

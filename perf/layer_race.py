@@ -159,18 +159,18 @@ def loss_fn(cfg: steps.LossConfig, labels, is_current):
   return fn
 
 
-def layer_programs(run, plain: bool = False) -> dict:
+def layer_programs(ctx, carry, plain: bool = False) -> dict:
   """{layer: [(fn, args), ...]}: the jittable calls a layer's share of the race run's step is made of (train:
   forward and backward; past: the past model's forward, in the step's BatchNorm mode), with the step's
   convolution gradients, or ``plain``: lax's convolutions (for counting FLOPs)."""
-  conv_backward = "xla" if plain else cpu_kernels.of_model(run.config.model).conv_backward
-  cfg = steps.loss_config(run.config, run.stream)
-  batch = run.config.train.batch_size
+  conv_backward = "xla" if plain else cpu_kernels.of_model(ctx.config.model).conv_backward
+  cfg = steps.loss_config(ctx.config, ctx.stream)
+  batch = ctx.config.train.batch_size
   rows, rng = 2 * batch, np.random.default_rng(0)
   rand = lambda *shape: jnp.asarray(rng.standard_normal(shape, np.float32))  # noqa: E731
-  variables = run.state.variables()
+  variables = carry.state.variables()
   programs = {}
-  for name, (fn, shape) in layer_fns(run.config, conv_backward).items():
+  for name, (fn, shape) in layer_fns(ctx.config, conv_backward).items():
     v, x = layer_variables(variables, name), rand(rows, *shape)
     g = jnp.ones_like(jax.eval_shape(lambda v, x, fn=fn: fn(v, x, True), v, x))  # its values do not change the work
     first = name in ("conv1", "stem")  # the image gets no gradient
@@ -180,7 +180,7 @@ def layer_programs(run, plain: bool = False) -> dict:
     programs[name] = [(jax.grad(train, argnums=0 if first else (0, 1)), (v["params"], x, g)),
                       (lambda v, x, fn=fn: fn(v, x, cfg.past_bn == "batch"), (v, x))]
   labels = jnp.asarray(rng.integers(0, 10, batch))
-  dim = run.config.model.embedding_dim
+  dim = ctx.config.model.embedding_dim
   programs["loss"] = [(jax.grad(loss_fn(cfg, labels, labels >= 5)), (rand(rows, dim), rand(rows, dim)))]
   return programs
 
@@ -193,14 +193,14 @@ def bound_ms(costs: dict, peak: float, bw: float) -> float:
 def jax_layers(net: str, batch: int, repeats: int, peak: float, bw: float) -> tuple[dict, float]:
   """({layer: {gflop, ms, bound_ms}}, the whole step's ms), timed with the step's kernels and XLA options."""
   race = cpu_race.race_chunk(net, batch, 1)
-  run = race[0]
-  programs = layer_programs(run)
-  counted = layer_programs(run, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's)
+  ctx, carry = race[:2]
+  programs = layer_programs(ctx, carry)
+  counted = layer_programs(ctx, carry, plain=True)  # FLOPs of plain convolutions (cpu_race.step_gflop's)
   out = {}
   for name in LAYERS[net]:
     row = {"gflop": 0.0, "ms": 0.0, "bound_ms": 0.0}
     for (fn, args), (plain, _) in zip(programs[name], counted[name]):
-      compiled = jax.jit(fn).lower(*args).compile(compiler_options=run.compiler_options)
+      compiled = jax.jit(fn).lower(*args).compile(compiler_options=ctx.compiler_options)
       row["ms"] += roofline.median_seconds(compiled, args, repeats) * 1e3
       row["bound_ms"] += bound_ms(hlo_cost.costs(compiled.as_text()), peak, bw)
       row["gflop"] += roofline.jaxpr_flops(jax.make_jaxpr(plain)(*args)) / 1e9

@@ -35,9 +35,9 @@ def main(argv):
   net, batch = _NET.value, _BATCH.value
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
   race = cpu_race.race_chunk(net, batch, 1)
-  run, chunk, mask, lrs, past = race
-  ops = roofline.matmul_ops(run.chunk_fn.trace(run.state, past, mask, run.data, chunk, lrs).jaxpr)
-  rows = sorted((roofline.op_row(e, n, run.compiler_options, peak, bw, _REPEATS.value) for e, n in ops),
+  ctx, carry, chunk, mask, lrs, past = race
+  ops = roofline.matmul_ops(ctx.chunk_fn.trace(carry.state, past, mask, carry.data, chunk, lrs).jaxpr)
+  rows = sorted((roofline.op_row(e, n, ctx.compiler_options, peak, bw, _REPEATS.value) for e, n in ops),
                 key=lambda r: -r["ms"] * r["count"])
   step_s = roofline.median_seconds(cpu_race.call_of(*race), (), _REPEATS.value)
   useful = cpu_race.step_gflop(net, batch)  # the arithmetic the step needs (XLA's own gradients' FLOPs)

@@ -99,11 +99,11 @@ def bound_rows(ns, count, costs: dict, steps_n: int, peak: float, bw: float) -> 
 
 
 def print_bounds(net: str, batch: int, race) -> None:
-  """``--bounds``: the race chunk's (``cpu_race.race_chunk``'s five values) instructions against their bounds."""
-  run, chunk, mask, lrs, past = race
+  """``--bounds``: the race chunk's (``cpu_race.race_chunk``'s six values) instructions against their bounds."""
+  ctx, carry, chunk, mask, lrs, past = race
   peak, bw = roofline.matmul_peak_gflops(), roofline.stream_gbps()
   wall, ns, count = traced(cpu_race.call_of(*race), _CALLS.value, _SPC.value, per_instruction=True)
-  costs = hlo_cost.costs(run.chunk_fn.lower(run.state, past, mask, run.data, chunk, lrs).compile().as_text())
+  costs = hlo_cost.costs(ctx.chunk_fn.lower(carry.state, past, mask, carry.data, chunk, lrs).compile().as_text())
   steps_n = _CALLS.value * _SPC.value
   rows = bound_rows(ns, count, costs, steps_n, peak, bw)
   useful_ms = cpu_race.step_gflop(net, batch) / peak * 1e3  # the step's arithmetic at the matmul rate

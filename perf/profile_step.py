@@ -35,33 +35,33 @@ def main(argv):
   del argv
   c = _CONFIG.value
   c.progress = False
-  run = train.ContinualRun(c, tempfile.mkdtemp())
+  ctx, carry = train.build(c, tempfile.mkdtemp())
   spc, b = c.train.steps_per_call, c.train.batch_size
-  pool = pools.training_pool(run.stream, run.memory, 0)
+  pool = pools.training_pool(ctx.stream, carry.memory, 0)
   chunk = steps.Batch(*[jnp.asarray(f[0]) for f in steps.epoch_batches(pool, b, spc, np.random.default_rng(0))])
-  mask, lrs = jnp.ones(run.config.model.embedding_dim, bool), jnp.full((spc,), 0.01)
-  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats)))
+  mask, lrs = jnp.ones(ctx.config.model.embedding_dim, bool), jnp.full((spc,), 0.01)
+  past = steps.PastModel(*jax.tree.map(jnp.copy, (carry.state.params, carry.state.batch_stats)))
 
   def step(p):
     def go():
-      run.state, m = run.chunk_fn(run.state, p, mask, run.data, chunk, lrs)  # the state is donated
+      carry.state, m = ctx.chunk_fn(carry.state, p, mask, carry.data, chunk, lrs)  # the state is donated
       return m
     return go
 
   idx = chunk.index[0]
-  angles = run.data.angles[jnp.zeros_like(idx)]
-  aug = jax.jit(lambda k: augment.two_views(k, run.data.images[idx], angles, run.aug_cfg))
+  angles = carry.data.angles[jnp.zeros_like(idx)]
+  aug = jax.jit(lambda k: augment.two_views(k, carry.data.images[idx], angles, ctx.aug_cfg))
   views = aug(jax.random.PRNGKey(0))
-  v = run.state.variables()
-  apply = lambda p, x: run.model.apply({"params": p, "batch_stats": v["batch_stats"]}, x, train=True,
+  v = carry.state.variables()
+  apply = lambda p, x: ctx.model.apply({"params": p, "batch_stats": v["batch_stats"]}, x, train=True,
                                        mutable=["batch_stats"])[0][1]
   fwd = jax.jit(apply)
   fwd_bwd = jax.jit(jax.grad(lambda p, x: jnp.sum(apply(p, x) ** 2)))
   rows = [("step, no past model (per step)", median_ms(step(None), _REPEATS.value) / spc),
           ("step, with past model (per step)", median_ms(step(past), _REPEATS.value) / spc),
           ("two-view augmentation", median_ms(lambda: aug(jax.random.PRNGKey(1)), _REPEATS.value)),
-          ("forward, 2B views, train mode", median_ms(lambda: fwd(run.state.params, views), _REPEATS.value)),
-          ("forward + backward", median_ms(lambda: fwd_bwd(run.state.params, views), _REPEATS.value))]
+          ("forward, 2B views, train mode", median_ms(lambda: fwd(carry.state.params, views), _REPEATS.value)),
+          ("forward + backward", median_ms(lambda: fwd_bwd(carry.state.params, views), _REPEATS.value))]
   print(f"{c.model.name} width {c.model.width} batch_norm {c.model.get('batch_norm', False)}, batch {b} "
         f"({2 * b} views), {jax.devices()[0].device_kind}")
   for name, ms in rows:

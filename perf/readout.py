@@ -33,10 +33,10 @@ def main(argv):
   del argv
   xla_cache.enable("~/.cache/lasp_jax/xla")
   config = config_lib.override(_CONFIG.value, progress=False, pictures=False)
-  run = train.ContinualRun(config, tempfile.mkdtemp())
-  last = run.stream.num_tasks - 1
-  features_s, pd = timed(evaluate.probe_data, run.readout_inputs(), last)
-  readout_s, _ = timed(evaluate.lbfgs_readout, run.readout_inputs(), last, pd)
+  ctx, carry = train.build(config, tempfile.mkdtemp())
+  last = ctx.stream.num_tasks - 1
+  features_s, pd = timed(evaluate.probe_data, train.readout_inputs(ctx, carry), last)
+  readout_s, _ = timed(evaluate.lbfgs_readout, train.readout_inputs(ctx, carry), last, pd)
   out = {"test_features_s": round(features_s, 2), "lbfgs_readout_s": round(readout_s, 2),
          "test_rows": int(pd.test_label.shape[0]), "provenance": provenance.provenance()}
   print(f"test features {features_s:.2f} s ({out['test_rows']} rows), L-BFGS read-out {readout_s:.2f} s, "

@@ -33,21 +33,21 @@ _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls of the chunk alone.")
 
 
-def chunk_seconds(run, repeats: int, with_past: bool) -> float:
+def chunk_seconds(ctx, carry, repeats: int, with_past: bool) -> float:
   """Median seconds per step of the run's compiled chunk on a full chunk of task 0's pool, with a past model (as
   a distilling method's later tasks run it) or without (as task 0 runs it)."""
-  c = run.config
-  pool = pools.training_pool(run.stream, run.memory, 0)
+  c = ctx.config
+  pool = pools.training_pool(ctx.stream, carry.memory, 0)
   b = steps.epoch_batches(pool, c.train.batch_size, c.train.steps_per_call, np.random.default_rng(0))
-  chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
-  past = steps.PastModel(*jax.tree.map(jnp.copy, (run.state.params, run.state.batch_stats))) \
+  chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), ctx.batch_sharding)
+  past = steps.PastModel(*jax.tree.map(jnp.copy, (carry.state.params, carry.state.batch_stats))) \
       if with_past else None
-  mask, lrs = jnp.asarray(run.rs.mask, bool), jnp.full((c.train.steps_per_call,), c.train.lr * 1e-3)
+  mask, lrs = jnp.asarray(carry.rs.mask, bool), jnp.full((c.train.steps_per_call,), c.train.lr * 1e-3)
   real = int(np.asarray(jnp.sum(jnp.any(chunk.valid, axis=-1))))
   times = []
   for _ in range(repeats + 1):
     t = time.perf_counter()
-    run.state, m = run.chunk_fn(run.state, past, mask, run.data, chunk, lrs)
+    carry.state, m = ctx.chunk_fn(carry.state, past, mask, carry.data, chunk, lrs)
     jax.block_until_ready(m)
     times.append(time.perf_counter() - t)
   return statistics.median(times[1:]) / real
@@ -60,18 +60,18 @@ def main(argv):
   config = _CONFIG.value  # with its --config.KEY=VALUE overrides
   config_lib.override(config, progress=False, pictures=False)
   with tempfile.TemporaryDirectory() as wd:
-    run = train.ContinualRun(config, wd)
-    res = run.run()
+    ctx, carry = train.start(config, wd)
+    res = train.run(ctx, carry)
     # Task 0 runs the chunk without a past model; a distilling method's later tasks with one (a dearer step).
-    alone = {False: chunk_seconds(run, _REPEATS.value, False)}
-    alone[True] = chunk_seconds(run, _REPEATS.value, True) if run.method.distills else alone[False]
+    alone = {False: chunk_seconds(ctx, carry, _REPEATS.value, False)}
+    alone[True] = chunk_seconds(ctx, carry, _REPEATS.value, True) if ctx.method.distills else alone[False]
   timing = res["timing"]
-  steps_done = sum(p["steps"] for p in run.rs.pass_log)
+  steps_done = sum(p["steps"] for p in carry.rs.pass_log)
   # The steps' own time: each pass's steps at the rate of the chunk it ran.
-  steps_s = sum(p["steps"] * alone[p["task"] > 0] for p in run.rs.pass_log)
+  steps_s = sum(p["steps"] * alone[p["task"] > 0] for p in carry.rs.pass_log)
   step_s = steps_s / steps_done
   run_rate = steps_done / timing["train_s"]
-  rows = sum(p["rows"] for p in run.rs.pass_log)
+  rows = sum(p["rows"] for p in carry.rs.pass_log)
   sample_rate, full_rate = rows / timing["train_s"], config.train.batch_size / step_s
   warm_rate = steps_done / (timing["train_s"] - timing.get("train_compile_s", 0.0))
   overrides = [a for a in sys.argv[1:] if a.startswith("--config.")]

@@ -8,7 +8,10 @@ import pathlib
 import numpy as np
 import pytest
 
+from lasp_jax import host_memory
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
+host_memory.keep_freed_memory()  # as lasp_jax.main does, before any test starts JAX's backend
 
 # Under pytest-xdist (the README's `-n 2`) each worker runs XLA:CPU's Eigen kernels on one thread: two
 # workers with two threads each oversubscribed the two cores (suite 10 min 30 s -> 7 min 54 s, user CPU
@@ -124,9 +127,70 @@ def two_tasks(**overrides):
   return tiny_config(**{"data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 1, **overrides})
 
 
+class Run:
+  """A test's handle on one run: its context and carry (lasp_jax.context) built by train.build, and the library's
+  functions on them. Reads of a carry or context field go to them (the carry's first); ``state``, ``past``,
+  ``data`` and ``rs`` are written to the carry."""
+  _CARRY = ("rs", "state", "past", "data", "writer")
+
+  def __init__(self, config, workdir, devices=None, on_task_end=None):
+    from lasp_jax import train  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+    ctx, carry = train.build(config, workdir, devices)
+    object.__setattr__(self, "ctx", ctx)
+    object.__setattr__(self, "carry", carry)
+    object.__setattr__(self, "on_task_end", on_task_end)
+
+  def __getattr__(self, name):
+    return getattr(self.carry if hasattr(self.carry, name) else self.ctx, name)
+
+  def __setattr__(self, name, value):
+    if name in self._CARRY:
+      setattr(self.carry, name, value)
+    elif name == "chunk_fn":  # a test's stand-in for the compiled chunk (Context.chunk_fn is cached there)
+      self.ctx.__dict__["chunk_fn"] = value
+    else:
+      object.__setattr__(self, name, value)
+
+  def start(self):
+    from lasp_jax import train  # noqa: PLC0415
+    object.__setattr__(self, "carry", train.resume(self.ctx, self.carry))
+
+  def run(self) -> dict:
+    from lasp_jax import train  # noqa: PLC0415
+    self.start()
+    return train.run(self.ctx, self.carry, on_task_end=self.on_task_end)
+
+  def run_task(self, t: int) -> None:
+    from lasp_jax import train  # noqa: PLC0415
+    train.run_task(self.ctx, self.carry, t, self.on_task_end)
+
+  def finish(self) -> dict:
+    from lasp_jax import train  # noqa: PLC0415
+    return train.finish(self.ctx, self.carry)
+
+  def maybe_restore(self) -> bool:
+    from lasp_jax import context  # noqa: PLC0415
+    restored = context.restore(self.ctx, self.carry)
+    if restored:
+      object.__setattr__(self, "carry", restored)
+    return restored is not None
+
+  def epoch_plan(self, t: int):
+    from lasp_jax import epochs  # noqa: PLC0415
+    return epochs.epoch_plan(self.ctx, self.carry, t)
+
+  def epoch_chunks(self, plan):
+    from lasp_jax import epochs  # noqa: PLC0415
+    return epochs.epoch_chunks(self.ctx.config, plan)
+
+  def readout_inputs(self):
+    from lasp_jax import train  # noqa: PLC0415
+    return train.readout_inputs(self.ctx, self.carry)
+
+
 def placed_chunk(run, steps_per_call=1):
   """The first chunk of ``run``'s first epoch and a past model (its weights x 0.9), on the run's mesh as
-  ``ContinualRun.train_task`` places them: a chunk of the run's own length is then the program its runs
+  ``epochs.OneRun`` places them: a chunk of the run's own length is then the program its runs
   compiled (arrays placed otherwise give another program, ~6 s to compile here)."""
   import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
 

@@ -8,11 +8,11 @@ import pytest
 
 from configs import tinyimagenet
 from experiments import raw_pixels
-from lasp_jax import config_lib, health, linear, train
+from lasp_jax import config_lib, health, linear
 from lasp_jax.data import streams
 from lasp_jax.errors import ConfigError
 from lasp_jax.train_state import lr_schedule, schedule_values
-from tests.conftest import tiny_config, two_tasks
+from tests.conftest import Run, tiny_config, two_tasks
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ def test_a_frozen_last_task_is_warned_and_does_not_move_the_network(tmp_path, ca
   and the run says so for that task (not for task 0, which has 2 epochs)."""
   # The train program of test_train's 2-task Co2L run (the schedule only changes its inputs). Measured: the
   # floor-lr steps move the weights by 1.6e-3; the same run under the per-step cosine by 0.12.
-  run = train.ContinualRun(two_tasks(method="co2l", **{"train.schedule": "published_epoch_cosine", **NO_READOUT}),
+  run = Run(two_tasks(method="co2l", **{"train.schedule": "published_epoch_cosine", **NO_READOUT}),
                            tmp_path)
   run.run()
   assert _param_change(run.state.params, run.past.params) < 5e-3
@@ -134,7 +134,7 @@ def test_a_frozen_last_task_is_warned_and_does_not_move_the_network(tmp_path, ca
 
 @pytest.mark.parametrize("method", ["finetune", "joint"])
 def test_baseline_methods(tmp_path, method):
-  run = train.ContinualRun(tiny_config(method=method, **{"train.epochs_first": 1, "train.epochs": 1, **NO_READOUT}),
+  run = Run(tiny_config(method=method, **{"train.epochs_first": 1, "train.epochs": 1, **NO_READOUT}),
                            tmp_path)
   pools = []
   results = run.run()
@@ -180,7 +180,7 @@ def test_tiny_imagenet_embedding_size_follows_the_method():
 
 def test_a_task_whose_loss_does_not_fall_is_flagged(tmp_path, capsys):
   # lr 100 stays finite on the tiny net but trains to nothing in task 0: the run says so and records it.
-  results = train.ContinualRun(two_tasks(method="co2l", **{"train.lr": 100.0, **NO_READOUT}), tmp_path).run()
+  results = Run(two_tasks(method="co2l", **{"train.lr": 100.0, **NO_READOUT}), tmp_path).run()
   assert "health: task 0, epoch 2: loss_not_falling" in capsys.readouterr().err
   assert not results["health"]["ok"] and "loss_not_falling" in results["health"]["checks"]
 
@@ -192,7 +192,7 @@ def sd_run(tmp_path_factory):
   """The tiny config's run (SD, 5 tasks): test_train.py's module run has the same train programs. Its tests come
   last in this module so that, on the other xdist worker, that run has compiled them by then (a run of these
   settings compiles two programs, ~9 s each with both workers busy)."""
-  run = train.ContinualRun(tiny_config(), tmp_path_factory.mktemp("sd"))
+  run = Run(tiny_config(), tmp_path_factory.mktemp("sd"))
   return run, run.run()
 
 
@@ -246,7 +246,7 @@ def test_a_common_offset_of_the_heads_output_collapses_only_the_uncentred_head(t
   the constant-embedding value, its embedding variance near 0, and both checks flag it. Centred, the offset
   cancels and task 1 trains."""
   config = two_tasks(method="finetune", **{"model.head_center": center, "train.epochs": 3, **NO_READOUT})
-  run = train.ContinualRun(config, tmp_path)
+  run = Run(config, tmp_path)
   run.start()
   run.run_task(0)
   params = jax.tree.map(lambda x: x, run.state.params)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lasp_jax import cpu_kernels, steps, train
+from lasp_jax import cpu_kernels, steps
 from lasp_jax.conv import conv_for_backend
 from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2, window_max_pool_2x2
-from tests.conftest import init, placed_chunk, randn, two_tasks
+from tests.conftest import Run, init, placed_chunk, randn, two_tasks
 
 RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")
 
@@ -122,7 +122,7 @@ def test_train_chunk_has_only_canonical_convolutions():
   """
   # The tiny config's net (the R-MNIST net at a quarter of its width, the same kernel choices): the program of
   # test_train's 2-task Co2L run, from the compilation cache when that ran first.
-  run = train.ContinualRun(two_tasks(method="co2l"), tempfile.mkdtemp())
+  run = Run(two_tasks(method="co2l"), tempfile.mkdtemp())
   chunk, _ = placed_chunk(run)
   hlo = run.chunk_fn.lower(run.state, None, jnp.ones(run.config.model.embedding_dim, bool), run.data, chunk,
                            steps.pad_lrs([0.05], 1)).compile().as_text()

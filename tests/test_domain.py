@@ -4,8 +4,8 @@ which rows each look-ahead setting searches."""
 import numpy as np
 import pytest
 
-from lasp_jax import evaluate, lookahead, pools, run_state, steps, train
-from tests.conftest import tiny_config
+from lasp_jax import evaluate, lookahead, pools, run_state, steps
+from tests.conftest import Run, tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.trajectory
 def _run(tmp_path, **overrides):
   config = tiny_config(**{"data.scenario": "domain", "data.num_tasks": 3, "data.train_per_class": 20,
                           "memory.size": 60, "model.normalize_embedding": False, "train.lr": 0.01, **overrides})
-  return train.ContinualRun(config, tmp_path)
+  return Run(config, tmp_path)
 
 
 def test_contrastive_labels_are_digit_plus_ten_times_domain(tmp_path):

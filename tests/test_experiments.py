@@ -58,7 +58,7 @@ def test_identical_config_reuses_finished_run_of_another_experiment(tmp_path, mo
   first.mkdir(parents=True)
   result = {"final": {"class_il": 61.0}, "acc_matrix": {}, "curves": {}}
   (first / "results.json").write_text(json.dumps(result))
-  monkeypatch.setattr(run.train, "ContinualRun", lambda *a, **k: pytest.fail("trained a finished config again"))
+  monkeypatch.setattr(run.train, "train_and_evaluate", lambda *a, **k: pytest.fail("trained a finished config again"))
   monkeypatch.setattr(run.report, "run_pictures", lambda res, wd: None)
   records = run.run_grid(tmp_path / "table2" / "tiny", [({"seed": 0}, config)])
   assert records == [{"seed": 0, "workdir": str(first), "results": result}]

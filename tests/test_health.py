@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import health, losses, report, train
+from lasp_jax import health, losses, report
 from lasp_jax.steps import Batch
-from tests.conftest import tiny_config
+from tests.conftest import Run, tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -143,7 +143,7 @@ def healthy_run(tmp_path_factory):
   wd = tmp_path_factory.mktemp("healthy")
   config = tiny_config(**{"method": "joint", "data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 2,
                           "eval.raw_pixels": False, "pictures": True})
-  return train.ContinualRun(config, wd).run(), wd
+  return Run(config, wd).run(), wd
 
 
 def test_a_healthy_tiny_run_is_not_flagged_and_records_its_references(healthy_run):

@@ -17,21 +17,21 @@ def test_layers_compose_to_the_model_and_count_the_step_flops(net, batch):
   """The layers applied in turn, each to its share of the model's variables, are the model's embedding, and their
   FLOPs (train and past parts, and the loss) with the views' add up to the whole step's count: nothing left out,
   nothing twice."""
-  run = cpu_race.race_chunk(net, batch, 1)[0]
-  programs = layer_race.layer_programs(run, plain=True)
-  variables = run.state.variables()
+  ctx, carry = cpu_race.race_chunk(net, batch, 1)[:2]
+  programs = layer_race.layer_programs(ctx, carry, plain=True)
+  variables = carry.state.variables()
   image = (28, 28, 1) if net == "mnistnet" else (32, 32, 3)
   x = jax.random.uniform(jax.random.PRNGKey(0), (2 * batch, *image))
   h = x
-  for name, (fn, _) in layer_race.layer_fns(run.config, "xla").items():
+  for name, (fn, _) in layer_race.layer_fns(ctx.config, "xla").items():
     h = fn(layer_race.layer_variables(variables, name), h, True)
-  _, z = run.model.apply(variables, x, train=True, mutable=["batch_stats"])[0]
+  _, z = ctx.model.apply(variables, x, train=True, mutable=["batch_stats"])[0]
   np.testing.assert_allclose(h, z, rtol=1e-5, atol=1e-6)
   counted = sum(roofline.jaxpr_flops(jax.make_jaxpr(fn)(*args)) for calls in programs.values() for fn, args in calls)
   # The augmentation's matmuls (resampling, colour) belong to no layer.
   images = jnp.zeros((batch, *image), jnp.uint8)
   views = roofline.jaxpr_flops(jax.make_jaxpr(lambda u: augment.two_views(
-      jax.random.PRNGKey(0), u, jnp.zeros(batch), run.aug_cfg, rows=batch))(images))
+      jax.random.PRNGKey(0), u, jnp.zeros(batch), ctx.aug_cfg, rows=batch))(images))
   assert views > 0 and counted + views == pytest.approx(cpu_race.step_gflop(net, batch) * 1e9, rel=1e-9)
 
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from lasp_jax import config_lib, methods, pools, train
-from tests.conftest import two_tasks
+from lasp_jax import config_lib, methods, pools
+from tests.conftest import Run, two_tasks
 
 
 class ReplayOnly(methods.Method):
@@ -49,14 +49,14 @@ def test_the_published_methods_rules():
 
 
 def test_a_method_defined_in_a_test_file_trains_with_one_registry_line(registered, tmp_path):
-  run = train.ContinualRun(two_tasks(method="replay_only", **{"eval.raw_pixels": False}), tmp_path / "replay")
+  run = Run(two_tasks(method="replay_only", **{"eval.raw_pixels": False}), tmp_path / "replay")
   results = run.run()
   assert config_lib.ird_weight(run.config) == 0.0 and run.past is None and results["boundaries"] == []
   assert all(c["ird"] == 0.0 for c in results["curves"])
   pool, per_epoch = run.method.pool(run.stream, run.memory, 1)
   assert per_epoch == len(run.stream.train_indices(1)) + run.config.memory.size  # it replays
   assert not pool.is_current[-run.config.memory.size:].any()
-  half = train.ContinualRun(two_tasks(method="half_pool", **{"eval.raw_pixels": False}), tmp_path / "half")
+  half = Run(two_tasks(method="half_pool", **{"eval.raw_pixels": False}), tmp_path / "half")
   results = half.run()
   n = len(half.stream.train_indices(0))
   assert [c for c in results["curves"] if c["task"] == 0][0]["supcon_const"] > 0
@@ -66,13 +66,13 @@ def test_a_method_defined_in_a_test_file_trains_with_one_registry_line(registere
 
 def test_an_unknown_method_is_one_config_error(tmp_path):
   with pytest.raises(Exception, match="unknown method 'nope'"):
-    train.ContinualRun(two_tasks(method="nope"), tmp_path)
+    Run(two_tasks(method="nope"), tmp_path)
 
 
 def test_a_method_with_its_own_loss_term_trains_with_it(registered, tmp_path):
   config = two_tasks(method="feature_distance", **{"eval.raw_pixels": False})
-  results = train.ContinualRun(config, tmp_path / "fd").run()
-  co2l = train.ContinualRun(two_tasks(method="co2l", **{"eval.raw_pixels": False}), tmp_path / "co2l").run()
+  results = Run(config, tmp_path / "fd").run()
+  co2l = Run(two_tasks(method="co2l", **{"eval.raw_pixels": False}), tmp_path / "co2l").run()
   later = [c for c in results["curves"] if c["task"] == 1]
   assert later and all(c["loss"] == pytest.approx(c["supcon"] + c["ird"], rel=1e-5) for c in later)  # weight 1
   # One epoch after the past model's snapshot the embeddings have moved little (measured 0.10), while IRD's

@@ -11,9 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from lasp_jax import config_lib, evaluate, linear, metrics, probe, progress, train
+from lasp_jax import config_lib, evaluate, linear, metrics, probe, progress
 from lasp_jax.data import augment
-from tests.conftest import init, tiny_config
+from tests.conftest import Run, init, tiny_config
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
 pytestmark = [pytest.mark.xdist_group("metrics_probe"), pytest.mark.trajectory]
@@ -60,7 +60,7 @@ def trained_run(tmp_path_factory):
   # tests' probe of these settings is then the program the run compiled. No raw-pixel fit: no test reads it.
   config = tiny_config(**{"data.num_tasks": 2, "eval.probe": "sgd", "eval.epochs": 4, "eval.standardize": True,
                           "eval.lr": 0.1, "eval.raw_pixels": False})
-  run = train.ContinualRun(config, tmp_path_factory.mktemp("probe"))
+  run = Run(config, tmp_path_factory.mktemp("probe"))
   run.run()
   return run
 

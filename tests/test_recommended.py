@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from configs import rmnist_cpu
-from lasp_jax import config_lib, health, train
+from lasp_jax import config_lib, health
+from tests.conftest import Run
 
 pytestmark = pytest.mark.trajectory
 
@@ -18,7 +19,7 @@ SMALL = {"method": "sd", "data.num_tasks": 3, "train.epochs_first": 2, "train.ep
 
 def _task1(tmp_path, offset: float) -> dict:
   """SD through task 1 after the head's output got a common offset of norm ``offset`` at the end of task 0."""
-  run = train.ContinualRun(config_lib.override(rmnist_cpu.get_config(), **SMALL), tmp_path / f"offset{offset:g}")
+  run = Run(config_lib.override(rmnist_cpu.get_config(), **SMALL), tmp_path / f"offset{offset:g}")
   run.start()
   run.run_task(0)
   params = jax.tree.map(lambda x: x, run.state.params)

@@ -1,6 +1,7 @@
 """--config.num_seeds=N: seeds trained as one vmapped program equal separate runs, and resume together."""
 
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -19,25 +20,26 @@ BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_fi
 
 def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seeds(tmp_path, monkeypatch):
   # First attempt dies after seed 0 saved task 0 and before seed 1 did: seed 1 is one task behind.
-  real_after = train.ContinualRun.after_task
+  real_after = train.after_task
   calls = []
 
-  def crash_on_second(self, t):
-    calls.append((self.config.seed, t))
+  def crash_on_second(ctx, carry, t, on_task_end=None):
+    calls.append((ctx.config.seed, t))
     if len(calls) == 2:
       raise KeyboardInterrupt("killed between the seeds' task-end checkpoints")
-    real_after(self, t)
+    real_after(ctx, carry, t, on_task_end)
 
-  monkeypatch.setattr(train.ContinualRun, "after_task", crash_on_second)
+  monkeypatch.setattr(train, "after_task", crash_on_second)
   group_dir = tmp_path / "group"
   with pytest.raises(KeyboardInterrupt):
     seeds.SeedGroup(tiny_config(**BASE, num_seeds=2), group_dir).run()
-  monkeypatch.setattr(train.ContinualRun, "after_task", real_after)
+  assert calls == [(0, 0), (1, 0)]
+  monkeypatch.setattr(train, "after_task", real_after)
   group = seeds.SeedGroup(tiny_config(**BASE, num_seeds=2), group_dir)
-  assert [r.config.seed for r in group.runs] == [0, 1]
+  assert [c.seed for c in group.configs] == [0, 1]
   results = group.run()
 
-  single = train.ContinualRun(tiny_config(**dict(BASE, seeds_mode="auto"), seed=1), tmp_path / "single").run()
+  single = train.train_and_evaluate(tiny_config(**dict(BASE, seeds_mode="auto"), seed=1), tmp_path / "single")
   assert results[1]["config_hash"] == single["config_hash"]  # seed k of a group is the single run of seed k
   # The vmapped chunk is another program than a single run's: equal up to float rounding (the losses to 1e-5);
   # a read-out may then flip a test image or two (0.1 point each), by how much depends on the CPU's code path.
@@ -86,10 +88,15 @@ def test_seeds_mode_auto_runs_the_seeds_one_after_another_on_every_backend(monke
 
 
 def test_sequential_seeds_are_the_seeds_single_runs_with_one_table(tmp_path, monkeypatch):
-  monkeypatch.setattr(train.ContinualRun, "run",
-                      lambda self: {"seed": self.config.seed, "final": {"class_il": 70.0 + 4 * self.config.seed}})
+  workdirs = []
+
+  def fake_run(config, workdir, devices=None):
+    workdirs.append(pathlib.Path(workdir).name)
+    return {"seed": config.seed, "final": {"class_il": 70.0 + 4 * config.seed}}
+
+  monkeypatch.setattr(train, "train_and_evaluate", fake_run)
   group = seeds.SeedGroup(tiny_config(**dict(BASE, seeds_mode="sequential"), seed=3, num_seeds=2), tmp_path)
   results = group.run()
   assert [r["seed"] for r in results] == [3, 4]
-  assert [r.workdir.name for r in group.runs] == ["seed_0", "seed_1"]
+  assert workdirs == ["seed_0", "seed_1"]
   assert (tmp_path / "seeds.md").read_text().splitlines()[-1] == "| mean (std), 2 seeds | 84.00 (2.83) |"

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import boundaries, checkpoint, config_lib, run_state, steps, train
+from lasp_jax import boundaries, checkpoint, config_lib, run_state, steps
 from lasp_jax.data import streams
-from tests.conftest import placed_chunk, strip_timing, tiny_config, two_tasks
+from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
 
 pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
 
@@ -48,7 +48,7 @@ def test_label_novelty_and_mean_shift_by_hand():
 
 def test_slot_tables_come_in_few_sizes_so_given_and_detected_runs_share_their_train_program(tmp_path):
   assert [run_state.table_size(n) for n in (1, 3, 8, 9, 20, 480)] == [8, 8, 8, 16, 32, 512]
-  runs = [train.ContinualRun(tiny_config(**DOMAIN, **over), tmp_path / str(i))
+  runs = [Run(tiny_config(**DOMAIN, **over), tmp_path / str(i))
           for i, over in enumerate([{}, {"boundaries": "detected"}])]
   assert [r.stream.slot_capacity for r in runs] == [3, 6]  # 3 tasks; 3 tasks x 2 epochs of passes
   runs[1].rs.slots = [[0, 0], [2, 1]]  # slot 1: domain 2, tag 1
@@ -71,7 +71,7 @@ def domain_runs(tmp_path_factory):
   for name, over in [("given", {}), ("detected", {"boundaries": "detected"}),
                      ("never", {"boundaries": "detected", "detection.shift_threshold": 1e9}),
                      ("always", {"boundaries": "detected", "detection.shift_threshold": 1e-9})]:
-    run = train.ContinualRun(tiny_config(**DOMAIN, **over), tmp_path_factory.mktemp(name))
+    run = Run(tiny_config(**DOMAIN, **over), tmp_path_factory.mktemp(name))
     out[name] = run, run.run()
   return out
 
@@ -121,8 +121,8 @@ def test_label_novelty_fires_where_new_labels_arrive(scenario, fires_at):
 
 def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
   over = {"data.num_tasks": 5, "eval.raw_pixels": False, "eval.every_task": False}
-  given = train.ContinualRun(tiny_config(**over), tmp_path / "given").run()
-  got = train.ContinualRun(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()
+  given = Run(tiny_config(**over), tmp_path / "given").run()
+  got = Run(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()
   bd = got["boundary_detection"]
   assert bd["detector"] == "novelty" and bd["precision"] == bd["recall"] == 1.0 and bd["detected"] == bd["true"]
   for k in SAME:
@@ -136,16 +136,16 @@ def test_a_detected_boundary_run_interrupted_mid_task_and_at_a_boundary_resumes_
   """Interrupted in task 1's second epoch (its boundary detected, a mid-epoch checkpoint saved), then at the
   detected boundary of task 2, then finished: equal to the uninterrupted run, detections included. In process,
   where a kill would land (checkpoint.fault_point raises); a SIGKILLed CLI run: tests/test_resume_cli.py."""
-  want = train.ContinualRun(tiny_config(**DETECTED), tmp_path / "ref").run()
+  want = Run(tiny_config(**DETECTED), tmp_path / "ref").run()
   monkeypatch.setenv("LASP_FAULT_MODE", "raise")
   for fault in ["step:1:1:16", "boundary:2"]:
     monkeypatch.setenv("LASP_FAULT", fault)
     with pytest.raises(checkpoint.FaultInjected):
-      train.ContinualRun(tiny_config(**DETECTED), tmp_path / "resumed").run()
+      Run(tiny_config(**DETECTED), tmp_path / "resumed").run()
     assert not (tmp_path / "resumed" / "results.json").exists()
   monkeypatch.delenv("LASP_FAULT")
   capfd.readouterr()
-  got = train.ContinualRun(tiny_config(**DETECTED), tmp_path / "resumed").run()
+  got = Run(tiny_config(**DETECTED), tmp_path / "resumed").run()
   assert "resuming" in capfd.readouterr().err
   assert want["boundary_detection"]["recall"] == 1.0
   assert strip_timing(got) == strip_timing(want)
@@ -155,7 +155,7 @@ def test_a_detected_boundary_run_interrupted_mid_task_and_at_a_boundary_resumes_
 def test_a_checkpoint_from_before_segments_gets_the_segment_its_run_was_in(tmp_path, scenario):
   """Old checkpoints (no segments, slots or pass log) resume as the given-boundary run they were: the segment
   rebuilt from the progress equals the one the current code keeps, after task 0 and after task 1."""
-  run = train.ContinualRun(two_tasks(**{"data.scenario": scenario, "eval.raw_pixels": False}), tmp_path)
+  run = Run(two_tasks(**{"data.scenario": scenario, "eval.raw_pixels": False}), tmp_path)
   run.start()
   for t in range(2):
     run.run_task(t)

@@ -13,7 +13,7 @@ from configs import cifar10
 from lasp_jax import checkpoint, lookahead, mask_search, modulation, pools, probe, steps, train
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.train_state import make_optimizer, with_learning_rate
-from tests.conftest import placed_chunk, strip_timing, tiny_config, two_tasks
+from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
 pytestmark = [pytest.mark.xdist_group("train"), pytest.mark.trajectory]
@@ -33,7 +33,7 @@ def sd_run(tmp_path_factory):
   wd = tmp_path_factory.mktemp("sd")
   config = two_tasks(**{"train.epochs_first": 4, "data.num_tasks": 5})
   before = _global_cache_sizes()
-  run = train.ContinualRun(config, wd)
+  run = Run(config, wd)
   chunk_before = run.chunk_fn._cache_size()  # shared with this process's earlier runs of equal settings
   results = run.run()
   run.compiled = [a - b for a, b in zip(_global_cache_sizes(), before)]
@@ -90,16 +90,16 @@ def test_no_recompilation_across_epochs_and_tasks(sd_run):
 
 def test_runs_of_equal_settings_share_one_compiled_chunk(tmp_path):
   """A method and its baselines in one process (command 1) trace and compile their chunk once, not per run."""
-  a = train.ContinualRun(two_tasks(), tmp_path / "a")
-  assert train.ContinualRun(two_tasks(), tmp_path / "b").chunk_fn is a.chunk_fn
-  assert train.ContinualRun(two_tasks(method="finetune"), tmp_path / "c").chunk_fn is not a.chunk_fn  # no SD
-  assert train.ContinualRun(two_tasks(**{"train.momentum": 0.5}), tmp_path / "d").chunk_fn is not a.chunk_fn
+  a = Run(two_tasks(), tmp_path / "a")
+  assert Run(two_tasks(), tmp_path / "b").chunk_fn is a.chunk_fn
+  assert Run(two_tasks(method="finetune"), tmp_path / "c").chunk_fn is not a.chunk_fn  # no SD
+  assert Run(two_tasks(**{"train.momentum": 0.5}), tmp_path / "d").chunk_fn is not a.chunk_fn
 
 
 @pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])
 def test_every_method_runs(tmp_path, method):
   config = two_tasks(method=method)
-  run = train.ContinualRun(config, tmp_path)
+  run = Run(config, tmp_path)
   results = run.run()
   assert results["method"] == method
   assert np.isfinite(results["final"]["class_il"])
@@ -143,7 +143,7 @@ def test_domain_incremental_run(tmp_path):
   # reward a larger scale, nothing bounds it.
   config = two_tasks(**{"data.scenario": "domain", "data.num_tasks": 2, "model.normalize_embedding": False,
                          "lasp.srs_data": "onlypast", "train.lr": 0.01, "eval.raw_pixels": False})
-  results = train.ContinualRun(config, tmp_path).run()
+  results = Run(config, tmp_path).run()
   a = np.array(results["acc_matrix"]["domain_il"], dtype=float)
   assert a.shape == (2, 2) and np.isfinite(a[1]).all() and a[0, 0] > 80 and a[1, 1] > 80  # measured 96.9, 95.1
   z = [c["z_norm"] for c in results["curves"]]
@@ -152,7 +152,7 @@ def test_domain_incremental_run(tmp_path):
 
 def _step_setup(method, steps_per_call=1, **kw):
   """A 2-task run of ``method`` and its first chunk and a past model, placed as the run places them."""
-  run = train.ContinualRun(two_tasks(method=method, **kw), tempfile.mkdtemp())
+  run = Run(two_tasks(method=method, **kw), tempfile.mkdtemp())
   return (run, *placed_chunk(run, steps_per_call))
 
 
@@ -197,7 +197,7 @@ def test_gradient_modulation_transform_invariants():
 def test_nan_loss_stops_with_a_clear_message(tmp_path):
   config = two_tasks(**{"train.lr": 1e30})
   with pytest.raises(TrainingError, match=r"non-finite loss at task 0, epoch 1, step \d+"):
-    train.ContinualRun(config, tmp_path).run()
+    Run(config, tmp_path).run()
   assert not (tmp_path / "results.json").exists()
   assert not list((tmp_path / "checkpoints").glob("*/"))  # nothing non-finite was saved
 
@@ -205,7 +205,7 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
 def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
   """Task 0 trains and is checkpointed; task 1 diverges: the error names that checkpoint, which restores."""
   config = two_tasks(method="co2l")
-  run = train.ContinualRun(config, tmp_path)
+  run = Run(config, tmp_path)
   real = run.chunk_fn
 
   def diverging(state, past, *args):
@@ -220,7 +220,7 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
   assert str(caught.value) == f"{caught.value.what}; last good checkpoint: {caught.value.checkpoint}"
   assert caught.value.what.endswith("none this epoch)") and str(tmp_path) in str(caught.value.checkpoint)
   assert not (tmp_path / "results.json").exists()
-  again = train.ContinualRun(config, tmp_path)
+  again = Run(config, tmp_path)
   assert again.maybe_restore() and again.rs.progress.task == 1
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(again.state.params))
 
@@ -240,14 +240,14 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
 ])
 def test_bad_config_values(tmp_path, key, value, match):
   with pytest.raises(ConfigError, match=match):
-    train.ContinualRun(tiny_config(**{key: value}), tmp_path)
+    Run(tiny_config(**{key: value}), tmp_path)
 
 
 def test_unwritable_workdir(tmp_path):
   blocker = tmp_path / "file"
   blocker.write_text("x")
   with pytest.raises(ConfigError, match="not writable"):
-    train.ContinualRun(tiny_config(), blocker / "sub")
+    Run(tiny_config(), blocker / "sub")
 
 
 def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
@@ -263,7 +263,7 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   c.memory.size, c.lasp.restarts, c.lasp.steps = 10, 4, 3
   c.eval.epochs, c.eval.augment, c.progress = 2, False, False
   with tfds.testing.mock_data(num_examples=40):
-    results = train.ContinualRun(c, tmp_path).run()
+    results = Run(c, tmp_path).run()
   assert results["dataset"] == "cifar10" and np.array(results["acc_matrix"]["class_il"], float).shape == (2, 2)
   assert all(np.isfinite(c["loss"]) for c in results["curves"])
 
@@ -276,7 +276,7 @@ def test_checkpoint_points_with_unequal_chunks():
 
 def test_an_epoch_is_whole_chunks_with_only_the_last_padded(tmp_path):
   """Chunks of steps_per_call steps, in the epoch's order; empty steps only at the last chunk's tail."""
-  run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5}), tmp_path)
+  run = Run(two_tasks(**{"train.steps_per_call": 5}), tmp_path)
   plan = run.epoch_plan(0)
   chunks, lrs = run.epoch_chunks(plan)
   spe = plan.steps
@@ -313,11 +313,11 @@ def test_a_chunks_padded_tail_steps_do_not_run():
 def test_the_short_last_step_becomes_a_chunk_of_its_rows(tmp_path):
   """train.tail_multiple: the epoch's last step (750 digits in batches of 64: 46 rows) leaves its chunk for one
   of 48 rows; every other step, the samples and the lrs stay as they were."""
-  run = train.ContinualRun(two_tasks(**{"train.steps_per_call": 5, "train.tail_multiple": 16}), tmp_path / "a")
+  run = Run(two_tasks(**{"train.steps_per_call": 5, "train.tail_multiple": 16}), tmp_path / "a")
   plan = run.epoch_plan(0)
   assert plan.per_epoch == 750 and plan.steps == 12
   for spc, lens in ((5, [5, 5, 1, 1]), (1, [1] * 12)):  # the tail shares its chunk / is alone in it
-    r = train.ContinualRun(two_tasks(**{"train.steps_per_call": spc}), tmp_path / str(spc))
+    r = Run(two_tasks(**{"train.steps_per_call": spc}), tmp_path / str(spc))
     full, full_lrs = r.epoch_chunks(plan)
     chunks, lrs = steps.split_tail(full, full_lrs, 16)
     assert chunks[-1].index.shape == (1, 48) and int(chunks[-1].valid.sum()) == 46
@@ -359,13 +359,13 @@ def test_a_run_with_tail_steps_interrupted_mid_epoch_resumes_exactly(tmp_path, m
   """Tail steps (task 0: 46 rows in 48; task 1 with its memory: 22 in 32) in a run killed after step 10 of
   task 0's first epoch: resumed from that mid-epoch checkpoint, it equals the uninterrupted run."""
   config = two_tasks(**{"train.tail_multiple": 16, "train.checkpoint_every_steps": 5, "eval.raw_pixels": False})
-  want = train.ContinualRun(config, tmp_path / "ref").run()
+  want = Run(config, tmp_path / "ref").run()
   monkeypatch.setenv("LASP_FAULT_MODE", "raise")
   monkeypatch.setenv("LASP_FAULT", "step:0:0:10")
   with pytest.raises(checkpoint.FaultInjected):
-    train.ContinualRun(config, tmp_path / "resumed").run()
+    Run(config, tmp_path / "resumed").run()
   monkeypatch.delenv("LASP_FAULT")
-  got = train.ContinualRun(config, tmp_path / "resumed").run()
+  got = Run(config, tmp_path / "resumed").run()
   assert strip_timing(got) == strip_timing(want)
   assert [c["task"] for c in want["curves"]] == [0, 0, 1] and all(np.isfinite(c["loss"]) for c in want["curves"])
 
@@ -389,41 +389,41 @@ def _corrupt(step_dir):
 
 def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
   config = two_tasks(**{"eval.every_task": False, "eval.raw_pixels": False})
-  train.ContinualRun(config, tmp_path).run()
+  Run(config, tmp_path).run()
   ckpts = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
   assert len(ckpts) == 2  # after task 0 and after task 1 (max_to_keep 2)
   _corrupt(tmp_path / "checkpoints" / str(ckpts[-1]))
-  run = train.ContinualRun(config, tmp_path)
+  run = Run(config, tmp_path)
   assert run.maybe_restore()
   assert run.rs.progress.task == 1  # the checkpoint after task 0
   assert f"unreadable checkpoint(s) {ckpts[-1]}" in capsys.readouterr().err
   _corrupt(tmp_path / "checkpoints" / str(ckpts[0]))
   with pytest.raises(TrainingError, match="no readable checkpoint"):
-    train.ContinualRun(config, tmp_path).maybe_restore()
+    Run(config, tmp_path).maybe_restore()
 
 
 def test_inconsistent_settings_are_refused_before_training(tmp_path):
   with pytest.raises(ConfigError, match="lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0"):
-    train.ContinualRun(tiny_config(**{"memory.size": 0, "lasp.srs_data": "onlypast"}), tmp_path)
+    Run(tiny_config(**{"memory.size": 0, "lasp.srs_data": "onlypast"}), tmp_path)
   with pytest.raises(ConfigError, match="train.batch_size 2048 is larger than the smallest task's 750 "):
-    train.ContinualRun(tiny_config(**{"data.num_tasks": 2, "train.batch_size": 2048}), tmp_path)
+    Run(tiny_config(**{"data.num_tasks": 2, "train.batch_size": 2048}), tmp_path)
 
 
 def test_a_domain_memory_larger_than_a_domain_is_refused_before_training(tmp_path):
   config = tiny_config(**{"data.scenario": "domain", "data.num_tasks": 3, "data.train_per_class": 10,
                           "memory.size": 150, "model.normalize_embedding": False})
   with pytest.raises(ConfigError, match="memory.size 150 is larger than a domain's 100 training images"):
-    train.ContinualRun(config, tmp_path)
+    Run(config, tmp_path)
   assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_resume_never_sets_the_old_checkpoints_aside_and_unchecked_ones_are_refused(tmp_path, capsys):
   config = two_tasks(**{"eval.every_task": False, "eval.raw_pixels": False})
-  train.ContinualRun(config, tmp_path).run()
+  Run(config, tmp_path).run()
   (tmp_path / "config.json").unlink()
   with pytest.raises(ConfigError, match="has checkpoints but no config.json"):
-    train.ContinualRun(config, tmp_path).maybe_restore()
-  never = train.ContinualRun(train.config_lib.override(two_tasks(**{"eval.every_task": False,
+    Run(config, tmp_path).maybe_restore()
+  never = Run(train.config_lib.override(two_tasks(**{"eval.every_task": False,
                                                                     "eval.raw_pixels": False}), resume="never"),
                              tmp_path)
   assert not never.maybe_restore()

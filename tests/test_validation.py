@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from experiments import threats
-from lasp_jax import config_lib, evaluate, metrics, train
+from lasp_jax import config_lib, evaluate, metrics
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
-from tests.conftest import two_tasks
+from tests.conftest import Run, two_tasks
 
 pytestmark = pytest.mark.xdist_group("train")
 
@@ -60,7 +60,7 @@ def test_bad_validation_settings_are_refused(key, value, match):
 
 
 def test_the_validation_read_out_scores_exactly_as_the_test_read_out_on_the_same_rows(tmp_path):
-  run = train.ContinualRun(two_tasks(**{"data.validation_per_class": 20, "eval.final_readouts": ("lbfgs",)}),
+  run = Run(two_tasks(**{"data.validation_per_class": 20, "eval.final_readouts": ("lbfgs",)}),
                            tmp_path)
   vstream, _ = run.validation
   np.testing.assert_array_equal(vstream.test_labels, run.dataset.validation_labels)  # natural class order

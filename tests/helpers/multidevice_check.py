@@ -13,7 +13,7 @@ import numpy as np
 
 from lasp_jax import lookahead, pools, seeds, train
 from lasp_jax.steps import Batch
-from tests.conftest import past_model, placed_chunk, tiny_config
+from tests.conftest import Run, past_model, placed_chunk, tiny_config
 
 
 def check_config(**kw):
@@ -23,25 +23,27 @@ def check_config(**kw):
 
 
 def check_run(devices, workdir):
-  return train.ContinualRun(check_config(), workdir, devices=devices)
+  return Run(check_config(), workdir, devices=devices)
 
 
 def seed_chunks(devices, workdir, vmapped: bool):
   """One chunk (2 steps, a past model) of each seed of a 2-seed group (seeds.py) on ``devices``: their params
   stacked, seeds on the leading axis. ``vmapped``: the group's vmapped program; else each seed's own run's
   chunk, one after another (train_chunk's program: nothing more to compile)."""
-  group = seeds.SeedGroup(check_config(num_seeds=2), workdir, devices=devices)
+  configs = seeds.seed_configs(check_config(num_seeds=2))
+  runs = [Run(c, f"{workdir}/seed_{k}", devices=devices) for k, c in enumerate(configs)]
   stack = lambda trees: jax.tree.map(lambda *x: jnp.stack(x), *trees)  # seeds on a new leading axis
-  chunks = [r.epoch_chunks(r.epoch_plan(0))[0][0] for r in group.runs]
-  pasts = [past_model(r) for r in group.runs]
+  chunks = [r.epoch_chunks(r.epoch_plan(0))[0][0] for r in runs]
+  pasts = [past_model(r) for r in runs]
   if vmapped:
-    batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), group.executor.batch_sharding)
-    data = group.runs[0].data._replace(angles=jnp.stack([r.data.angles for r in group.runs]))
-    state, metrics = group.executor.chunk_fn(stack([r.state for r in group.runs]), stack(pasts),
-                                             jnp.ones((2, 16), bool), data, batch, jnp.full((2,), 0.05))
+    executor = seeds.VmappedSeeds([r.ctx for r in runs])
+    batch = jax.device_put(Batch(*[np.stack(f) for f in zip(*chunks)]), executor.batch_sharding)
+    data = runs[0].data._replace(angles=jnp.stack([r.data.angles for r in runs]))
+    state, metrics = executor.chunk_fn(stack([r.state for r in runs]), stack(pasts),
+                                       jnp.ones((2, 16), bool), data, batch, jnp.full((2,), 0.05))
   else:
     state, metrics = stack([r.chunk_fn(r.state, p, jnp.ones(16, bool), r.data, jax.device_put(c, r.batch_sharding),
-                                       jnp.full((2,), 0.05)) for r, p, c in zip(group.runs, pasts, chunks)])
+                                       jnp.full((2,), 0.05)) for r, p, c in zip(runs, pasts, chunks)])
   return {f"v{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state.params))} | {
       "vmetrics": np.asarray(metrics)}
 
@@ -68,7 +70,7 @@ def run_on(devices, workdir, reference_state=None):
   res = lookahead.boundary(jax.random.PRNGKey(0), run.model, state.variables(), run.data,
                            jax.tree.map(jnp.asarray, rows), aug_cfg=run.aug_cfg, loss_cfg=run.loss_cfg,
                            lasp_cfg=run.config.lasp, num_classes=10, need_gamma=True)
-  run.evaluate(0)
+  train.evaluate_task(run.ctx, run.carry, 0)
   flat = {f"p{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.params))}
   flat.update({f"s{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(trained.batch_stats))})
   flat.update({f"g{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(res.gamma))})

@@ -2,5 +2,5 @@
 
 from lasp_jax import host_memory
 
-# The experiments are programs, like lasp_jax.main: malloc keeps freed blocks before JAX's backend starts (host_memory.py).
+# Programs, like lasp_jax.main: malloc keeps freed blocks, set before JAX's backend starts (host_memory.py).
 host_memory.keep_freed_memory()

@@ -1,6 +1,6 @@
 """Split-CIFAR10 (5 tasks x 2 classes), Class-IL + Task-IL: the paper's main setting.
 
-    python -m lasp_jax.data.prepare --dataset=cifar10 --data_dir=data   # once, needs a network
+    python -m lasp_jax.tools.prepare --dataset=cifar10 --data_dir=data   # once, needs a network
     python -m lasp_jax.main --config=configs/cifar10.py --config.data.data_dir=data \
         [--config.method=co2l|sd|gm|sd_gm] [--config.memory.size=200|500] [--config.seed=N]
 

@@ -1,6 +1,6 @@
 """Split-TinyImageNet (10 tasks x 20 classes), Class-IL + Task-IL.
 
-    python -m lasp_jax.data.prepare --dataset=tiny_imagenet --data_dir=data   # once, needs a network
+    python -m lasp_jax.tools.prepare --dataset=tiny_imagenet --data_dir=data   # once, needs a network
     python -m lasp_jax.main --config=configs/tinyimagenet.py --config.data.data_dir=data \
         [--config.method=co2l]
 

@@ -25,7 +25,9 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import evaluate, probe, train, xla_cache
+from lasp_jax import train
+from lasp_jax.eval import evaluators, probe
+from lasp_jax.platform import xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration.", lock_config=True)
 _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
@@ -33,8 +35,8 @@ _OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
 
 def readouts(ctx, carry, t: int, variables) -> dict:
   """{readout: {metric: overall accuracy}} on task t's probe data for these encoder variables."""
-  pd = evaluate.probe_data(train.readout_inputs(ctx, carry), t)
-  kw = evaluate.readout_kwargs(train.readout_inputs(ctx, carry))
+  pd = evaluators.probe_data(train.readout_inputs(ctx, carry), t)
+  kw = evaluators.readout_kwargs(train.readout_inputs(ctx, carry))
   out = {}
   for name, kind in (("lbfgs_encoder", "encoder"), ("lbfgs_pixels", "pixels")):
     out[name] = probe.linear_readout(ctx.model, variables, carry.data, ctx.test_data, pd, kind=kind, **kw).overall

@@ -32,8 +32,9 @@ from absl import app, flags, logging
 from experiments import aggregate, lasp_gain, runner
 from experiments.lasp_gain import METRICS, Point
 from experiments.lasp_gain import POINTS as GAIN_POINTS
-from lasp_jax import config_lib, health
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax import config_lib
+from lasp_jax.eval import health
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
 
@@ -454,7 +455,7 @@ def main(argv):
   if FLAGS.seeds < 1 or FLAGS.first_seed < 0:
     print("error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
+  from lasp_jax.platform import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)

@@ -15,7 +15,7 @@ import pathlib
 from absl import app, flags
 
 from experiments import aggregate, equal_heads, lasp_gain
-from lasp_jax.checkpoint import write_text_atomic
+from lasp_jax.loop.checkpoint import write_text_atomic
 
 FLAGS = flags.FLAGS
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -57,7 +57,8 @@ def figure(rows, path: pathlib.Path) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
 
-  from lasp_jax import metrics, provenance  # noqa: PLC0415
+  from lasp_jax import provenance  # noqa: PLC0415
+  from lasp_jax.eval import metrics  # noqa: PLC0415
   eh = equal_heads.finished(REPO / "results" / "equal_heads")
   cpus = "; ".join(sorted({r["cpu"].split(" (")[0] for r in eh if r.get("cpu")}))
   fig, axes = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [3, 2]})

@@ -14,8 +14,8 @@ import pathlib
 from absl import app, flags
 
 from experiments import aggregate
-from lasp_jax import health
-from lasp_jax.checkpoint import write_text_atomic
+from lasp_jax.eval import health
+from lasp_jax.loop.checkpoint import write_text_atomic
 
 FLAGS = flags.FLAGS
 COLLAPSE = ("embedding_variance", "grad_vanished")

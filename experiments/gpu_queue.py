@@ -39,7 +39,7 @@ from absl import app, flags
 
 from experiments import aggregate, runner
 from lasp_jax import config_lib
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
 REPO = pathlib.Path(__file__).resolve().parents[1]

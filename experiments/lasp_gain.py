@@ -33,8 +33,10 @@ from absl import app, flags, logging
 
 from configs import mnist5k, rmnist
 from experiments import aggregate, runner
-from lasp_jax import config_lib, evaluate, health, probe, train, xla_cache
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax import config_lib, train
+from lasp_jax.eval import evaluators, health, probe
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
 
@@ -117,8 +119,8 @@ def published_probe(ctx, carry, t: int) -> dict:
                           standardize=False)
   key = jax.random.fold_in(jax.random.PRNGKey(ctx.config.seed), 104729 + t)
   inputs = train.readout_inputs(ctx, carry)
-  res = probe.run_probe(key, inputs.model, inputs.variables, inputs.data, evaluate.probe_data(inputs, t), cfg=cfg,
-                        **evaluate.readout_kwargs(inputs))
+  res = probe.run_probe(key, inputs.model, inputs.variables, inputs.data, evaluators.probe_data(inputs, t), cfg=cfg,
+                        **evaluators.readout_kwargs(inputs))
   row = res.per_task["domain_il"]
   return {"sgd_probe": {"m1": res.overall["domain_il"], "m2": float(row[-1])}}
 

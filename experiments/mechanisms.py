@@ -29,9 +29,12 @@ import optax
 from absl import app, flags, logging
 
 from experiments import aggregate, equal_heads
-from lasp_jax import config_lib, epochs, errors, health, provenance, steps, train, xla_cache
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax import config_lib, errors, provenance, train
 from lasp_jax.data import augment
+from lasp_jax.eval import health
+from lasp_jax.loop import epochs, steps
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
 FIRST_LATER = ("SD onlycurrent", "SD onlypast", "Co2L", "Co2L lambda5", "SD all dims")

@@ -21,8 +21,10 @@ import tempfile
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import baselines, boundary, config_lib, context, evaluate, train
+from lasp_jax import config_lib, train
 from lasp_jax.errors import LaspError
+from lasp_jax.eval import baselines, evaluators
+from lasp_jax.loop import boundary, context
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 
@@ -37,7 +39,7 @@ def raw_pixels(config) -> dict:
       carry.rs.segment.passes.append([t - 1, context.slot(ctx, carry, t - 1)])
       boundary.open_segment(ctx, carry, t)  # the memory update alone: finetune distills nothing
     inputs = train.readout_inputs(ctx, carry)
-    return {"raw_pixels": evaluate.raw_pixels(inputs, last, evaluate.probe_data(inputs, last))}
+    return {"raw_pixels": evaluators.raw_pixels(inputs, last, evaluators.probe_data(inputs, last))}
 
 
 def main(argv):

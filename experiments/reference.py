@@ -29,8 +29,9 @@ from absl import app, flags, logging
 
 from configs import rmnist
 from experiments import aggregate
-from lasp_jax import config_lib, train, xla_cache
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax import config_lib, train
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
 

@@ -27,8 +27,9 @@ from absl import app, flags, logging
 
 from configs import cifar10, mnist5k, mnist5k_rot, rmnist, tiny, tinyimagenet
 from experiments import aggregate, plots, runner, subsets
-from lasp_jax import config_lib, report, train, xla_cache
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax import config_lib, report, train
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("scale", "small", ["small", "paper", "tiny"], "Grid scale (tiny: smoke tests only).")

@@ -14,8 +14,8 @@ import shutil
 from typing import Callable, Optional
 
 from lasp_jax import provenance, train
-from lasp_jax.checkpoint import write_json_atomic
 from lasp_jax.errors import TrainingError
+from lasp_jax.loop.checkpoint import write_json_atomic
 
 RESULTS, FAILED = "results.json", "FAILED.json"
 # What a finished cell keeps: results.json has every figure; checkpoints and event files are large.

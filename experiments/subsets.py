@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import probe
+from lasp_jax.eval import probe
 
 NUM_SUBSETS = 100  # per boundary, as in the paper
 

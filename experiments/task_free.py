@@ -20,8 +20,10 @@ import pathlib
 from absl import app, flags, logging
 
 from experiments import aggregate, lasp_gain, runner
-from lasp_jax import config_lib, health, xla_cache
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax import config_lib
+from lasp_jax.eval import health
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
 

@@ -38,7 +38,7 @@ from experiments import aggregate, equal_heads, runner
 from experiments.equal_heads import POINTS, Variant
 from experiments.lasp_gain import Point
 from lasp_jax import config_lib
-from lasp_jax.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
 
@@ -307,7 +307,7 @@ def main(argv):
     print(f"error: unknown --grids {', '.join(bad)} (expected some of {', '.join(GRIDS)})" if bad else
           "error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
     sys.exit(2)
-  from lasp_jax import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
+  from lasp_jax.platform import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)

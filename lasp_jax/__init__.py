@@ -9,7 +9,7 @@ augmented views are stacked view-major, row ``v * B + n`` = view ``v`` of sample
 * :func:`search_mask`: the batched nearest-class-mean search for that subset (all restarts in one program).
 * :func:`excitation_backprop`: excitation-backprop parameter salience of a Flax model.
 * :func:`gradient_modulation`, :func:`set_salience`: LASP's gradient modulation as an optax transformation.
-* :mod:`lasp_jax.health`: checks that flag a collapsed or stuck task.
+* :mod:`lasp_jax.eval.health`: checks that flag a collapsed or stuck task.
 
 The full continual-learning runner is ``python -m lasp_jax.main`` (or the ``lasp-jax`` script).
 """
@@ -17,10 +17,11 @@ The full continual-learning runner is ``python -m lasp_jax.main`` (or the ``lasp
 import importlib
 
 # Exported lazily: `python -m lasp_jax.main` rejects a bad config before jax loads (~3 s).
-_EXPORTS = {"supcon_loss": "losses", "ird_loss": "losses", "selective_ird_loss": "losses",
-            "l2_normalize": "losses", "search_mask": ("mask_search", "search"), "SearchResult": "mask_search",
-            "excitation_backprop": "salience", "gradient_modulation": "modulation",
-            "set_salience": "modulation", "get_salience": "modulation"}
+_EXPORTS = {"supcon_loss": "method.losses", "ird_loss": "method.losses", "selective_ird_loss": "method.losses",
+            "l2_normalize": "method.losses", "search_mask": ("method.mask_search", "search"),
+            "SearchResult": "method.mask_search", "excitation_backprop": "method.salience",
+            "gradient_modulation": "method.modulation", "set_salience": "method.modulation",
+            "get_salience": "method.modulation"}
 __all__ = list(_EXPORTS)
 
 

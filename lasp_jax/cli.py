@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
-from lasp_jax import baselines as baselines_lib
-from lasp_jax import report, seeds, train, xla_cache
+from lasp_jax import report, train
+from lasp_jax.eval import baselines as baselines_lib
+from lasp_jax.loop import seeds
+from lasp_jax.platform import xla_cache
 
 
 def run_command(config, workdir: str, *, baselines: bool = False, compile_cache: str = "") -> dict:

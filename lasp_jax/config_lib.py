@@ -11,10 +11,11 @@ import json
 import ml_collections
 
 # Without jax (choices.py): main.py checks a config before the library loads.
-from lasp_jax import choices, cpu_kernels
-from lasp_jax import methods as methods_lib
+from lasp_jax import choices
 from lasp_jax.data import sources
 from lasp_jax.errors import ConfigError
+from lasp_jax.method import methods as methods_lib
+from lasp_jax.platform import cpu_kernels
 
 BASELINES = methods_lib.BASELINES
 # Keys that may change between a run and its resumption.

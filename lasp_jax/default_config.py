@@ -21,7 +21,7 @@ def base_config() -> ml_collections.ConfigDict:
   # features keeping its best epoch on the test set, probe after the last task only); it wins over those keys.
   c.preset = ""
   # given: the stream says where each task starts | detected: the learner sees only the stream of batches
-  # and a detector decides when a new task has begun (boundaries.py; results.json "boundary_detection")
+  # and a detector decides when a new task has begun (detectors.py; results.json "boundary_detection")
   c.boundaries = "given"
   c.detection = ml_collections.ConfigDict()
   c.detection.detector = "auto"        # auto (novelty for class-IL, shift for domain-IL) | novelty | shift

@@ -7,8 +7,9 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, host_memory
+from lasp_jax import config_lib
 from lasp_jax.errors import LaspError
+from lasp_jax.platform import host_memory
 
 # Before JAX's backend starts: its threads take their malloc arenas then (host_memory.py).
 host_memory.keep_freed_memory()

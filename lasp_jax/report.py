@@ -11,7 +11,8 @@ import pathlib
 
 import numpy as np
 
-from lasp_jax import config_lib, health, metrics, provenance
+from lasp_jax import config_lib, provenance
+from lasp_jax.eval import health, metrics
 
 # Panels of curves.png: (title, curve key, its degenerate reference or None, the health checks marked there).
 _PANELS = (("SupCon (current-task anchors)", "supcon", "supcon_const",

@@ -1,7 +1,7 @@
 """``train_and_evaluate``: a whole continual-learning run, resumable at any step.
 
-The run is two values (context.py): a :class:`~lasp_jax.context.Context` built once from the config and a
-:class:`~lasp_jax.context.Carry` of what changes. :func:`run` is the task loop: per task t its epochs
+The run is two values (context.py): a :class:`~lasp_jax.loop.context.Context` built once from the config and a
+:class:`~lasp_jax.loop.context.Carry` of what changes. :func:`run` is the task loop: per task t its epochs
 (epochs.train_task; before an epoch a boundary where one is due, boundary.py: memory, past model, look-ahead),
 the read-outs ``config.eval`` names (every task, or the last), a task-end hook, a checkpoint; then the results.
 All randomness derives from (seed, segment, epoch, step), so a resumed run repeats an uninterrupted one exactly.
@@ -18,8 +18,11 @@ import jax
 import ml_collections
 import tqdm
 
-from lasp_jax import checkpoint, clock, config_lib, context, epochs, evaluate, provenance, report
-from lasp_jax.context import Carry, Context, data_mesh  # noqa: F401  (data_mesh: the public name)
+from lasp_jax import config_lib, provenance, report
+from lasp_jax.eval import evaluators
+from lasp_jax.loop import checkpoint, context, epochs
+from lasp_jax.loop.context import Carry, Context, data_mesh  # noqa: F401  (data_mesh: the public name)
+from lasp_jax.platform import clock
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir, *, devices=None, on_task_end=None) -> dict:
@@ -82,9 +85,9 @@ def after_task(ctx: Context, carry: Carry, t: int, on_task_end=None) -> None:
   context.save(ctx, carry)
 
 
-def readout_inputs(ctx: Context, carry: Carry) -> evaluate.Inputs:
-  """The values every read-out reads, as they are now (evaluate.Inputs)."""
-  return evaluate.Inputs(ctx.model, carry.state.variables(), carry.data, ctx.test_data, ctx.stream, carry.memory,
+def readout_inputs(ctx: Context, carry: Carry) -> evaluators.Inputs:
+  """The values every read-out reads, as they are now (evaluators.Inputs)."""
+  return evaluators.Inputs(ctx.model, carry.state.variables(), carry.data, ctx.test_data, ctx.stream, carry.memory,
                          ctx.aug_cfg, ctx.config, ctx.validation)
 
 
@@ -92,16 +95,16 @@ def evaluate_task(ctx: Context, carry: Carry, t: int) -> None:
   """The read-out ``eval.probe`` names after task t; after the last, the raw-pixel baseline (its own timing
   phase, ``baselines_s``: ``probe_s`` is the work the published code also does) and ``eval.final_readouts``."""
   rs, inputs = carry.rs, readout_inputs(ctx, carry)
-  pd = context.timed(carry, "probe_s", evaluate.probe_data, inputs, t)
-  res = context.timed(carry, "probe_s", evaluate.EVALUATORS[ctx.config.eval.probe], inputs, t, pd)
+  pd = context.timed(carry, "probe_s", evaluators.probe_data, inputs, t)
+  res = context.timed(carry, "probe_s", evaluators.EVALUATORS[ctx.config.eval.probe], inputs, t, pd)
   rs.record_readout(t, res)
   for name, value in res.overall.items():
     if carry.writer:
       carry.writer.add_scalar(f"probe/{name}", value, t)
   if t == ctx.stream.num_tasks - 1:
     if ctx.config.eval.raw_pixels:
-      rs.baselines = {"raw_pixels": context.timed(carry, "baselines_s", evaluate.raw_pixels, inputs, t, pd)}
-    rs.readouts, rs.validation = context.timed(carry, "probe_s", evaluate.final_readouts, inputs, t, pd)
+      rs.baselines = {"raw_pixels": context.timed(carry, "baselines_s", evaluators.raw_pixels, inputs, t, pd)}
+    rs.readouts, rs.validation = context.timed(carry, "probe_s", evaluators.final_readouts, inputs, t, pd)
 
 
 def finish(ctx: Context, carry: Carry) -> dict:

@@ -27,12 +27,15 @@ import optax
 from absl import app, flags, logging
 
 from configs import cifar10, mnist5k
-from lasp_jax import boundary, config_lib, cpu_kernels, epochs, losses, mask_search, provenance, salience, steps, train
-from lasp_jax.checkpoint import write_json_atomic
-from lasp_jax.conv import conv_for_backend
+from lasp_jax import config_lib, provenance, train
 from lasp_jax.data import augment
-from lasp_jax.models import ContrastiveModel, ProjectionHead, ResNet
-from lasp_jax.pools import training_pool
+from lasp_jax.loop import boundary, epochs, steps
+from lasp_jax.loop.checkpoint import write_json_atomic
+from lasp_jax.method import losses, mask_search, salience
+from lasp_jax.method.pools import training_pool
+from lasp_jax.model.conv import conv_for_backend
+from lasp_jax.model.models import ContrastiveModel, ProjectionHead, ResNet
+from lasp_jax.platform import cpu_kernels
 from perf import cpu_race, roofline
 
 FLAGS = flags.FLAGS
@@ -45,7 +48,7 @@ flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,ta
                     "(cpu_race and dtype run only when named).")
 flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision.")
 flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
-flags.DEFINE_enum("conv", "auto", list(cpu_kernels.CONV_BACKWARD), "Convolution gradients (see lasp_jax/conv.py).")
+flags.DEFINE_enum("conv", "auto", list(cpu_kernels.CONV_BACKWARD), "Convolution gradients (lasp_jax/model/conv.py).")
 
 
 def timed(fn, *args, repeats=3):

@@ -30,7 +30,9 @@ import ml_collections
 import numpy as np
 
 from configs import cifar10, rmnist
-from lasp_jax import pools, steps, train
+from lasp_jax import train
+from lasp_jax.loop import steps
+from lasp_jax.method import pools
 from perf import roofline
 
 NETS = {"mnistnet": "configs/rmnist.py", "resnet18": "configs/cifar10.py"}

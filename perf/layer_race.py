@@ -32,8 +32,12 @@ import numpy as np
 from absl import app, flags, logging
 from flax import linen as nn
 
-from lasp_jax import conv, cpu_kernels, losses, models, provenance, steps, xla_cache
-from lasp_jax.checkpoint import write_json_atomic
+from lasp_jax import provenance
+from lasp_jax.loop import steps
+from lasp_jax.loop.checkpoint import write_json_atomic
+from lasp_jax.method import losses
+from lasp_jax.model import conv, models
+from lasp_jax.platform import cpu_kernels, xla_cache
 from perf import cpu_race, hlo_cost, roofline
 
 LAYERS = {"mnistnet": ("conv1", "conv2", "fc", "head", "loss"),

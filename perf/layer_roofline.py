@@ -18,8 +18,9 @@ import sys
 
 from absl import app, flags, logging
 
-from lasp_jax import provenance, xla_cache
-from lasp_jax.checkpoint import write_json_atomic
+from lasp_jax import provenance
+from lasp_jax.loop.checkpoint import write_json_atomic
+from lasp_jax.platform import xla_cache
 from perf import cpu_race, roofline
 
 _NET = flags.DEFINE_enum("net", "mnistnet", list(cpu_race.NETS), "The network of the step.")

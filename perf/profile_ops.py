@@ -40,7 +40,7 @@ import jax  # noqa: E402  (after XLA_FLAGS is set)
 from absl import app, flags  # noqa: E402  (after XLA_FLAGS is set)
 
 from lasp_jax import provenance  # noqa: E402  (after XLA_FLAGS is set)
-from lasp_jax.checkpoint import write_json_atomic  # noqa: E402  (after XLA_FLAGS is set)
+from lasp_jax.loop.checkpoint import write_json_atomic  # noqa: E402  (after XLA_FLAGS is set)
 from perf import cpu_race, hlo_cost, roofline  # noqa: E402  (after XLA_FLAGS is set)
 
 _NET = flags.DEFINE_enum("net", "resnet18", list(cpu_race.NETS), "Which race net.")

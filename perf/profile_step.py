@@ -19,8 +19,10 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import pools, steps, train
+from lasp_jax import train
 from lasp_jax.data import augment
+from lasp_jax.loop import steps
+from lasp_jax.method import pools
 from perf import roofline
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/mnist5k.py", "Run configuration.", lock_config=True)

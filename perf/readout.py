@@ -3,7 +3,7 @@
     python -m perf.readout [--config=configs/rmnist_cpu.py] [--out=FILE.json]
 
 Builds the run (an untrained network: the read-out's time does not depend on the weights), then times
-``evaluate.probe_data`` (every seen domain's test digits through the encoder) and ``evaluate.lbfgs_readout``
+``evaluators.probe_data`` (every seen domain's test digits through the encoder) and ``evaluators.lbfgs_readout``
 (the training rows' features, the logistic-regression fit, the test scoring) for the last task, each once after
 a warm-up call that compiles. One run, one machine: figures to compare, not to assert.
 """
@@ -15,8 +15,10 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, evaluate, provenance, train, xla_cache
-from lasp_jax.checkpoint import write_json_atomic
+from lasp_jax import config_lib, provenance, train
+from lasp_jax.eval import evaluators
+from lasp_jax.loop.checkpoint import write_json_atomic
+from lasp_jax.platform import xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
@@ -35,8 +37,8 @@ def main(argv):
   config = config_lib.override(_CONFIG.value, progress=False, pictures=False)
   ctx, carry = train.build(config, tempfile.mkdtemp())
   last = ctx.stream.num_tasks - 1
-  features_s, pd = timed(evaluate.probe_data, train.readout_inputs(ctx, carry), last)
-  readout_s, _ = timed(evaluate.lbfgs_readout, train.readout_inputs(ctx, carry), last, pd)
+  features_s, pd = timed(evaluators.probe_data, train.readout_inputs(ctx, carry), last)
+  readout_s, _ = timed(evaluators.lbfgs_readout, train.readout_inputs(ctx, carry), last, pd)
   out = {"test_features_s": round(features_s, 2), "lbfgs_readout_s": round(readout_s, 2),
          "test_rows": int(pd.test_label.shape[0]), "provenance": provenance.provenance()}
   print(f"test features {features_s:.2f} s ({out['test_rows']} rows), L-BFGS read-out {readout_s:.2f} s, "

@@ -25,8 +25,11 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, pools, provenance, steps, train, xla_cache
-from lasp_jax.checkpoint import write_json_atomic
+from lasp_jax import config_lib, provenance, train
+from lasp_jax.loop import steps
+from lasp_jax.loop.checkpoint import write_json_atomic
+from lasp_jax.method import pools
+from lasp_jax.platform import xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")

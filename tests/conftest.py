@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from lasp_jax import host_memory
+from lasp_jax.platform import host_memory
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 host_memory.keep_freed_memory()  # as lasp_jax.main does, before any test starts JAX's backend
@@ -90,7 +90,7 @@ def init(module, x, seed=0, **kwargs):
   """``module.init(PRNGKey(seed), x, **kwargs)``, compiled as one program (at the train state's -O1)."""
   import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
 
-  from lasp_jax.train_state import INIT_COMPILER_OPTIONS  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  from lasp_jax.loop.train_state import INIT_COMPILER_OPTIONS  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return jax.jit(functools.partial(module.init, **kwargs),
                  compiler_options=INIT_COMPILER_OPTIONS.get(jax.default_backend()))(jax.random.PRNGKey(seed), x)
 
@@ -128,7 +128,7 @@ def two_tasks(**overrides):
 
 
 class Run:
-  """A test's handle on one run: its context and carry (lasp_jax.context) built by train.build, and the library's
+  """A test's handle on one run: its context and carry (lasp_jax.loop.context) built by train.build, and the library's
   functions on them. Reads of a carry or context field go to them (the carry's first); ``state``, ``past``,
   ``data`` and ``rs`` are written to the carry."""
   _CARRY = ("rs", "state", "past", "data", "writer")
@@ -169,18 +169,18 @@ class Run:
     return train.finish(self.ctx, self.carry)
 
   def maybe_restore(self) -> bool:
-    from lasp_jax import context  # noqa: PLC0415
+    from lasp_jax.loop import context  # noqa: PLC0415
     restored = context.restore(self.ctx, self.carry)
     if restored:
       object.__setattr__(self, "carry", restored)
     return restored is not None
 
   def epoch_plan(self, t: int):
-    from lasp_jax import epochs  # noqa: PLC0415
+    from lasp_jax.loop import epochs  # noqa: PLC0415
     return epochs.epoch_plan(self.ctx, self.carry, t)
 
   def epoch_chunks(self, plan):
-    from lasp_jax import epochs  # noqa: PLC0415
+    from lasp_jax.loop import epochs  # noqa: PLC0415
     return epochs.epoch_chunks(self.ctx.config, plan)
 
   def readout_inputs(self):
@@ -194,7 +194,8 @@ def placed_chunk(run, steps_per_call=1):
   compiled (arrays placed otherwise give another program, ~6 s to compile here)."""
   import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
 
-  from lasp_jax import pools, steps  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  from lasp_jax.loop import steps  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  from lasp_jax.method import pools  # noqa: PLC0415
   pool = pools.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, run.config.train.batch_size, steps_per_call, np.random.default_rng(0))
   chunk = jax.device_put(steps.Batch(*[f[0] for f in b]), run.batch_sharding)
@@ -205,7 +206,7 @@ def past_model(run):
   """A past model for ``run``'s step that differs from its network: its weights and BN statistics x 0.9."""
   import jax  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
 
-  from lasp_jax import steps  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
+  from lasp_jax.loop import steps  # noqa: PLC0415  (jax after this module has set XLA_FLAGS for the workers)
   return steps.PastModel(*jax.tree.map(lambda x: x * 0.9, (run.state.params, run.state.batch_stats)))
 
 

@@ -8,10 +8,11 @@ import pytest
 
 from configs import tinyimagenet
 from experiments import raw_pixels
-from lasp_jax import config_lib, health, linear
+from lasp_jax import config_lib
 from lasp_jax.data import streams
 from lasp_jax.errors import ConfigError
-from lasp_jax.train_state import lr_schedule, schedule_values
+from lasp_jax.eval import health, linear
+from lasp_jax.loop.train_state import lr_schedule, schedule_values
 from tests.conftest import Run, tiny_config, two_tasks
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

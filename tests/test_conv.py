@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
+from lasp_jax.model.conv import conv_for_backend, conv_grad_conv, matmul_grad_conv
 from tests.conftest import init, randn
 
 # (stride, padding, kernel size) on 12x12 images. Stride-1 cases 3 and 6 make conv_grad_conv's input gradient a

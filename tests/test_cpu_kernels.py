@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from jax import lax
 
-from lasp_jax import cpu_kernels, steps
-from lasp_jax.conv import conv_for_backend
-from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2, window_max_pool_2x2
+from lasp_jax.loop import steps
+from lasp_jax.model.conv import conv_for_backend
+from lasp_jax.model.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2, window_max_pool_2x2
+from lasp_jax.platform import cpu_kernels
 from tests.conftest import Run, init, placed_chunk, randn, two_tasks
 
 RESNET_KEEPS = ("INDIVIDUAL_DOT", "REDUCE")

@@ -14,9 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from lasp_jax import memory as M
-from lasp_jax.data import prepare, sources, streams
+from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
+from lasp_jax.method import memory as M
+from lasp_jax.tools import prepare
 
 # ------------------------------------------------------------------------ sources
 
@@ -274,7 +275,7 @@ def test_impossible_memory_sizes():
 
 def test_inspect_command_prints_split_and_writes_png(tmp_path):
   repo = pathlib.Path(__file__).resolve().parents[1]
-  out = subprocess.run([sys.executable, "-m", "lasp_jax.data.inspect", "--config=configs/tiny.py",
+  out = subprocess.run([sys.executable, "-m", "lasp_jax.tools.inspect", "--config=configs/tiny.py",
                         f"--out={tmp_path / 'views.png'}", "--pairs=8"], cwd=repo, capture_output=True,
                        text=True, timeout=300)
   assert out.returncode == 0, out.stderr[-2000:]

@@ -4,7 +4,9 @@ which rows each look-ahead setting searches."""
 import numpy as np
 import pytest
 
-from lasp_jax import evaluate, lookahead, pools, run_state, steps
+from lasp_jax.eval import evaluators
+from lasp_jax.loop import run_state, steps
+from lasp_jax.method import lookahead, pools
 from tests.conftest import Run, tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
@@ -40,7 +42,7 @@ def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_dom
   assert pool.is_current[:n_task].all() and not pool.is_current[n_task:].any()
   angles = np.asarray(run.data.angles)
   assert len(set(angles[pool.domain].round(6))) == 3  # three rotations in one training pool
-  pd = evaluate.probe_data(run.readout_inputs(), 2)
+  pd = evaluators.probe_data(run.readout_inputs(), 2)
   weight, domain = np.asarray(pd.train_weight), np.asarray(pd.train_domain)
   real = weight > 0
   per_domain = [weight[real & (domain == d)].sum() for d in range(3)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tomllib
 
-import lasp_jax.mask_search  # noqa: F401  (a submodule imported first must not shadow an export of that name)
+import lasp_jax.method.mask_search  # noqa: F401  (a submodule imported first must not shadow an export of that name)
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -47,4 +47,6 @@ def test_the_package_declares_its_console_script_and_dependencies():
   deps = " ".join(meta["project"]["dependencies"])
   for name in ("jax", "flax", "optax", "orbax-checkpoint", "ml_collections", "mlxtend"):
     assert name in deps
-  assert set(meta["tool"]["setuptools"]["packages"]) >= {"lasp_jax", "lasp_jax.data"}
+  package = pathlib.Path(__file__).resolve().parents[1] / "lasp_jax"
+  folders = {f"lasp_jax.{p.parent.name}" for p in package.glob("*/__init__.py")}
+  assert set(meta["tool"]["setuptools"]["packages"]) == {"lasp_jax", *folders}  # every folder is installed

@@ -6,8 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import health, losses, report
-from lasp_jax.steps import Batch
+from lasp_jax import report
+from lasp_jax.eval import health
+from lasp_jax.loop.steps import Batch
+from lasp_jax.method import losses
 from tests.conftest import Run, tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).

@@ -11,7 +11,7 @@ from tests.conftest import REPO
 # each round. glibc's defaults serve the block by mmap and unmap it on free (16,384 fresh 4 kB pages every round).
 PROGRAM = """
 import ctypes, importlib, json, resource, sys
-import lasp_jax.host_memory
+import lasp_jax.platform.host_memory
 importlib.import_module(sys.argv[1])  # lasp_jax.main sets it, unless LASP_KEEP_FREED_MEMORY=0
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
@@ -22,7 +22,7 @@ for _ in range(3):
   ctypes.memset(p, 1, 64 << 20)
   libc.free(p)
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps({"kept": lasp_jax.host_memory.keep_freed_memory(), "faults": faults}))  # (sets it now, if not yet)
+print(json.dumps({"kept": lasp_jax.platform.host_memory.keep_freed_memory(), "faults": faults}))  # sets it if not yet
 """
 
 
@@ -45,7 +45,7 @@ def test_a_freed_large_block_is_reused_without_page_faults():
 def test_importing_the_library_leaves_malloc_alone():
   """Only the programs (lasp_jax.main, experiments, perf, the tests) set it: a loop of one's own that imports the
   losses keeps glibc's defaults."""
-  lib = _faults("1", module="lasp_jax.losses")
+  lib = _faults("1", module="lasp_jax.method.losses")
   if not lib["kept"]:
     return
   assert min(lib["faults"]) > 10_000

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import losses
+from lasp_jax.method import losses
 from tests.conftest import golden_params, randn
 
 F32 = np.float32

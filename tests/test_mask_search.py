@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import mask_search as ms
-from lasp_jax.losses import l2_normalize
+from lasp_jax.method import mask_search as ms
+from lasp_jax.method.losses import l2_normalize
 from tests.conftest import golden_params, randn
 
 F32 = np.float32

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from lasp_jax import config_lib, methods, pools
+from lasp_jax import config_lib
+from lasp_jax.method import methods, pools
 from tests.conftest import Run, two_tasks
 
 

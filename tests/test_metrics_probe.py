@@ -11,8 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from lasp_jax import config_lib, evaluate, linear, metrics, probe, progress
+from lasp_jax import config_lib, progress
 from lasp_jax.data import augment
+from lasp_jax.eval import evaluators, linear, metrics, probe
 from tests.conftest import Run, init, tiny_config
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
@@ -66,10 +67,10 @@ def trained_run(tmp_path_factory):
 
 
 def _probe(run, **changes):
-  cfg = dataclasses.replace(evaluate.probe_config(run.config), **changes)
+  cfg = dataclasses.replace(evaluators.probe_config(run.config), **changes)
   inputs = run.readout_inputs()
   return probe.run_probe(jax.random.PRNGKey(0), run.model, run.state.variables(), run.data,
-                         evaluate.probe_data(inputs, 1), cfg=cfg, **evaluate.readout_kwargs(inputs))
+                         evaluators.probe_data(inputs, 1), cfg=cfg, **evaluators.readout_kwargs(inputs))
 
 
 @pytest.mark.parametrize("overall, best_epoch", [([55.0, 85.0, 65.0, 75.0], 1), ([55.0, 85.0, 65.0, 85.0], 1),
@@ -92,10 +93,10 @@ def test_select_best_on_test_reads_the_trained_probes_curve(trained_run):
   """On a trained probe the switch returns the curve's maximum and its first epoch, the default its last epoch:
   properties of any trajectory (which epoch peaks differs between CPUs' floating-point paths)."""
   changes = dict(lr=3.0, augment=False)
-  cfg = dataclasses.replace(evaluate.probe_config(trained_run.config), **changes)
+  cfg = dataclasses.replace(evaluators.probe_config(trained_run.config), **changes)
   curves = probe.probe_curves(jax.random.PRNGKey(0), trained_run.model, trained_run.state.variables(),
-                              trained_run.data, evaluate.probe_data(trained_run.readout_inputs(), 1), cfg=cfg,
-                              **evaluate.readout_kwargs(trained_run.readout_inputs()))
+                              trained_run.data, evaluators.probe_data(trained_run.readout_inputs(), 1), cfg=cfg,
+                              **evaluators.readout_kwargs(trained_run.readout_inputs()))
   curve = curves["class_il"][1]
   best = _probe(trained_run, select_best_on_test=True, **changes)
   last = _probe(trained_run, **changes)
@@ -114,8 +115,8 @@ def test_augmenting_probe_differs_from_cached_features_and_learns(trained_run):
 
 def test_standardized_probe_converges_closer_to_the_lbfgs_readout(trained_run):
   ref = probe.linear_readout(trained_run.model, trained_run.state.variables(), trained_run.data,
-                             trained_run.test_data, evaluate.probe_data(trained_run.readout_inputs(), 1),
-                             kind="encoder", **evaluate.readout_kwargs(trained_run.readout_inputs()))
+                             trained_run.test_data, evaluators.probe_data(trained_run.readout_inputs(), 1),
+                             kind="encoder", **evaluators.readout_kwargs(trained_run.readout_inputs()))
   std = _probe(trained_run, epochs=30)
   assert abs(std.overall["class_il"] - ref.overall["class_il"]) < 10
 
@@ -124,9 +125,9 @@ def test_lbfgs_readout_reads_the_probe_datas_test_features_and_equals_extracting
                                                                                              monkeypatch):
   """The encoder's test features come from the probe data (extracted once); re-extracted they give the same
   read-out. The raw-pixel read-out, another kind, extracts its own."""
-  run, pd = trained_run, evaluate.probe_data(trained_run.readout_inputs(), 1)
+  run, pd = trained_run, evaluators.probe_data(trained_run.readout_inputs(), 1)
   readout = lambda pd, kind: probe.linear_readout(run.model, run.state.variables(), run.data, run.test_data, pd,
-                                                  kind=kind, **evaluate.readout_kwargs(run.readout_inputs()))
+                                                  kind=kind, **evaluators.readout_kwargs(run.readout_inputs()))
   fresh = probe.extract_features(run.model, run.state.variables(), run.test_data, np.asarray(pd.test_index),
                                  np.asarray(pd.test_domain), run.aug_cfg)
   np.testing.assert_array_equal(fresh, pd.test_feats)

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import models
+from lasp_jax.model import models
 from tests.conftest import init, rand, tiny_config
 
 

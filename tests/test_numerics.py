@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from lasp_jax import losses, mask_search, salience
-from lasp_jax.models import ContrastiveModel, MnistNet, ProjectionHead
+from lasp_jax.method import losses, mask_search, salience
+from lasp_jax.model.models import ContrastiveModel, MnistNet, ProjectionHead
 from tests.conftest import init, rand, randn
 
 HIGHEST = "precision=(Precision.HIGHEST, Precision.HIGHEST)"

@@ -4,7 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import losses, models
+from lasp_jax.method import losses
+from lasp_jax.model import models
 from tests.conftest import init, rand
 
 # bf16 activations move SupCon and IRD here by ~1e-6 relative (measured); 1e-4 is 100x that,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from configs import rmnist_cpu
-from lasp_jax import config_lib, health
+from lasp_jax import config_lib
+from lasp_jax.eval import health
 from tests.conftest import Run
 
 pytestmark = pytest.mark.trajectory

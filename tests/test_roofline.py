@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from lasp_jax import models
+from lasp_jax.model import models
 from perf import cpu_race, roofline
 
 

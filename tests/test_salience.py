@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import models, modulation, salience
-from lasp_jax.conv import matmul_grad_conv
+from lasp_jax.method import modulation, salience
+from lasp_jax.model import models
+from lasp_jax.model.conv import matmul_grad_conv
 from tests.conftest import golden_params, init, rand
 
 F32 = np.float32

@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import boundaries, checkpoint, config_lib, run_state, steps
-from lasp_jax.data import streams
+from lasp_jax import config_lib
+from lasp_jax.data import detectors, streams
+from lasp_jax.loop import checkpoint, run_state, steps
 from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
 
 pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
@@ -18,32 +19,32 @@ SAME = ("acc_matrix", "final", "curves", "health")
 
 def test_scores_hand_values():
   # Boundaries at 10 and 30, one epoch = 5 steps: 10 and 33 match (delays 0 and 3), 50 is a false positive.
-  s = boundaries.scores([10, 30], [5, 5], [10, 33, 50])
+  s = detectors.scores([10, 30], [5, 5], [10, 33, 50])
   assert (s["precision"], s["recall"], s["mean_delay_steps"]) == (2 / 3, 1.0, 1.5)
   # Before the boundary or past its window: no match.
-  s = boundaries.scores([10, 30], [5, 5], [9, 36])
+  s = detectors.scores([10, 30], [5, 5], [9, 36])
   assert (s["precision"], s["recall"], s["mean_delay_steps"]) == (0.0, 0.0, None)
   # Two detections of one boundary: one matches, the other is a false positive.
-  assert boundaries.scores([10], [5], [10, 12])["precision"] == 0.5
-  assert boundaries.scores([10], [5], [])["recall"] == 0.0
+  assert detectors.scores([10], [5], [10, 12])["precision"] == 0.5
+  assert detectors.scores([10], [5], [])["recall"] == 0.0
   # The window's edges: b + w still matches (delay w), b + w + 1 no longer does.
-  assert boundaries.scores([10], [5], [15])["mean_delay_steps"] == 5.0
-  assert boundaries.scores([10], [5], [16])["recall"] == 0.0
+  assert detectors.scores([10], [5], [15])["mean_delay_steps"] == 5.0
+  assert detectors.scores([10], [5], [16])["recall"] == 0.0
 
 
 def test_label_novelty_and_mean_shift_by_hand():
-  assert boundaries.label_novelty(labels=[2, 3], seen=[0, 1, 2])
-  assert not boundaries.label_novelty(labels=[1, 1, 0], seen=[0, 1, 2])
+  assert detectors.label_novelty(labels=[2, 3], seen=[0, 1, 2])
+  assert not detectors.label_novelty(labels=[1, 1, 0], seen=[0, 1, 2])
   rng = np.random.default_rng(0)
   a, b = rng.normal(size=(512, 64)), rng.normal(size=(512, 64))
-  assert boundaries.mean_shift(a, a) == 0.0
-  assert 0.7 < boundaries.mean_shift(a, b) < 1.4  # one distribution: about 1
+  assert detectors.mean_shift(a, a) == 0.0
+  assert 0.7 < detectors.mean_shift(a, b) < 1.4  # one distribution: about 1
   # Means 0.5 std apart: 256 * 0.25 / (pooled var 1.06) = 60 by hand.
-  np.testing.assert_allclose(boundaries.mean_shift(a, b + 0.5), 60.0, rtol=0.15)
+  np.testing.assert_allclose(detectors.mean_shift(a, b + 0.5), 60.0, rtol=0.15)
   # Two features, one constant in both batches (left out): the other's means differ by 2, pooled variance 1,
   # n_a n_b / (n_a + n_b) = 1 -> 4.
   x, y = np.array([[0.0, 5.0], [2.0, 5.0]]), np.array([[2.0, 5.0], [4.0, 5.0]])
-  np.testing.assert_allclose(boundaries.mean_shift(x, y), 4.0)
+  np.testing.assert_allclose(detectors.mean_shift(x, y), 4.0)
 
 
 def test_slot_tables_come_in_few_sizes_so_given_and_detected_runs_share_their_train_program(tmp_path):

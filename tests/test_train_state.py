@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import train_state
-from lasp_jax.models import build_model
+from lasp_jax.loop import train_state
+from lasp_jax.model.models import build_model
 from tests.conftest import tiny_config
 
 

@@ -8,10 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lasp_jax import config_lib, evaluate, probe, salience
+from lasp_jax import config_lib
 from lasp_jax.default_config import base_config
 from lasp_jax.errors import ConfigError
-from lasp_jax.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead, build_model
+from lasp_jax.eval import evaluators, probe
+from lasp_jax.method import salience
+from lasp_jax.model.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead, build_model
 from tests.conftest import init, randn, tiny_config
 
 
@@ -120,11 +122,11 @@ def test_the_published_probe_decays_at_absolute_epochs():
   """main_linear_buffer*.py decays at epochs 60, 75 and 90 whatever the epoch count: a 5-epoch published probe
   never decays, lasp_jax's default (fractions of the epochs) does."""
   published = config_lib.resolved(config_lib.override(base_config(), preset="published", **{"eval.epochs": 5}))
-  np.testing.assert_allclose(probe._lr_per_epoch(evaluate.probe_config(published)), [1.0] * 5)
+  np.testing.assert_allclose(probe._lr_per_epoch(evaluators.probe_config(published)), [1.0] * 5)
   default = config_lib.resolved(config_lib.override(base_config(), **{"eval.epochs": 5}))
-  np.testing.assert_allclose(probe._lr_per_epoch(evaluate.probe_config(default)), [1, 1, 1, 0.2, 0.04 * 0.2])
+  np.testing.assert_allclose(probe._lr_per_epoch(evaluators.probe_config(default)), [1, 1, 1, 0.2, 0.04 * 0.2])
   hundred = config_lib.resolved(config_lib.override(base_config(), preset="published"))
-  lrs = probe._lr_per_epoch(evaluate.probe_config(hundred))
+  lrs = probe._lr_per_epoch(evaluators.probe_config(hundred))
   assert lrs[59] == 1.0 and lrs[60] == pytest.approx(0.2) and lrs[90] == pytest.approx(0.008)
 
 

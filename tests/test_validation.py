@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from experiments import threats
-from lasp_jax import config_lib, evaluate, metrics
+from lasp_jax import config_lib
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
+from lasp_jax.eval import evaluators, metrics
 from tests.conftest import Run, two_tasks
 
 pytestmark = pytest.mark.xdist_group("train")
@@ -67,10 +68,10 @@ def test_the_validation_read_out_scores_exactly_as_the_test_read_out_on_the_same
   assert np.all(np.bincount(run.dataset.validation_labels) == 20) and len(vstream.test_labels) == 200
   assert not _rows(run.dataset.validation_images) & _rows(run.dataset.train_images)
   inputs = run.readout_inputs()
-  pd = evaluate.probe_data(inputs, 1)
-  test_figures = evaluate.EVALUATORS["lbfgs"](inputs, 1, pd).overall
+  pd = evaluators.probe_data(inputs, 1)
+  test_figures = evaluators.EVALUATORS["lbfgs"](inputs, 1, pd).overall
   # Handed the test images as its validation set, the validation path must give the test read-out's figures.
-  extra, validation = evaluate.final_readouts(dataclasses.replace(inputs, validation=(run.stream, run.test_data)),
+  extra, validation = evaluators.final_readouts(dataclasses.replace(inputs, validation=(run.stream, run.test_data)),
                                               1, pd)
   assert extra == {}  # eval.final_readouts names the run's own probe: nothing more on the test images
   assert validation["lbfgs"]["overall"] == pytest.approx(test_figures, abs=1e-6)

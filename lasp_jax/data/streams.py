@@ -19,11 +19,10 @@ from typing import ClassVar, Optional
 import numpy as np
 import tqdm
 
-from lasp_jax import boundaries
-from lasp_jax import memory as memory_lib
-from lasp_jax.data import sources
+from lasp_jax.data import detectors, sources
 from lasp_jax.data.sources import ArrayDataset
 from lasp_jax.errors import ConfigError
+from lasp_jax.method import memory as memory_lib
 
 
 @dataclasses.dataclass
@@ -39,7 +38,7 @@ class TaskStream:
   class_order: np.ndarray
 
   scenario: ClassVar[str]
-  default_detector: ClassVar[str]  # the boundary detector of config.detection.detector='auto' (boundaries.py)
+  default_detector: ClassVar[str]  # the boundary detector of config.detection.detector='auto' (detectors.py)
   metrics: ClassVar[tuple]        # the accuracy metrics a probe reports, in results.json's order
   rotates: ClassVar[bool]         # views are rotated by their sample's domain angle
   probe_crops_current: ClassVar[bool]  # the probe re-augments the current task's rows (else rotate only)
@@ -224,7 +223,7 @@ class TaskFree:
   """A stream that does not say where its tasks begin: the learner detects it (``config.boundaries='detected'``).
 
   It serves the same passes as the stream it wraps (``inner``, whose other rules it keeps), but a boundary comes
-  where the detector fires on a pass's window of new samples (boundaries.py), not where a task starts; every pass can
+  where the detector fires on a pass's window of new samples (detectors.py), not where a task starts; every pass can
   open a new segment, so the slot table (domain, contrastive tag) grows up to one entry per pass.
   """
   given_boundaries = False
@@ -263,11 +262,11 @@ class TaskFree:
     if detection.previous is None:
       fired = False
     elif self.detector == "novelty":
-      fired = obs["novel"] = boundaries.label_novelty(labels=labels, seen=detection.seen)
+      fired = obs["novel"] = detectors.label_novelty(labels=labels, seen=detection.seen)
     else:
       prev = detection.previous
-      obs["shift"] = boundaries.mean_shift(embed(prev["index"], prev["domain"]), embed(index, domain))
-      fired = boundaries.embedding_shift(value=obs["shift"], threshold=self.threshold)
+      obs["shift"] = detectors.mean_shift(embed(prev["index"], prev["domain"]), embed(index, domain))
+      fired = detectors.embedding_shift(value=obs["shift"], threshold=self.threshold)
     detection.seen = sorted(set(detection.seen) | set(labels.tolist()))
     detection.previous = {"index": index.tolist(), "domain": domain.tolist()}
     detection.observations.append(obs)
@@ -282,7 +281,7 @@ class TaskFree:
     """True boundaries (first step of every task after the first, window one epoch), detections, scores."""
     firsts = [p for p in rs.pass_log if p["task"] > 0 and p["epoch"] == 0]
     return {"detector": self.detector, "threshold": self.threshold if self.detector == "shift" else None,
-            **boundaries.scores([p["step"] for p in firsts], [p["steps"] for p in firsts], rs.detection.detected),
+            **detectors.scores([p["step"] for p in firsts], [p["steps"] for p in firsts], rs.detection.detected),
             "observations": rs.detection.observations}
 
 

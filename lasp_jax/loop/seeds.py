@@ -29,9 +29,11 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from lasp_jax import config_lib, epochs, health, metrics, train
-from lasp_jax.checkpoint import write_text_atomic
-from lasp_jax.steps import Batch, make_chunk_fn
+from lasp_jax import config_lib, train
+from lasp_jax.eval import health, metrics
+from lasp_jax.loop import epochs
+from lasp_jax.loop.checkpoint import write_text_atomic
+from lasp_jax.loop.steps import Batch, make_chunk_fn
 
 
 def seed_configs(config: ml_collections.ConfigDict) -> list[ml_collections.ConfigDict]:

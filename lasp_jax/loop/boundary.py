@@ -7,10 +7,11 @@ of embedding dims, GM the EB salience, carried in the optimizer state).
 
 from __future__ import annotations
 
-from lasp_jax import checkpoint, context, lookahead, pools
-from lasp_jax.context import Carry, Context
-from lasp_jax.run_state import MemoryRecord, Segment
-from lasp_jax.steps import past_model
+from lasp_jax.loop import checkpoint, context
+from lasp_jax.loop.context import Carry, Context
+from lasp_jax.loop.run_state import MemoryRecord, Segment
+from lasp_jax.loop.steps import past_model
+from lasp_jax.method import lookahead, pools
 
 
 def segment_samples(stream, passes) -> pools.Batch:

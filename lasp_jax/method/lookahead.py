@@ -15,10 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import choices, mask_search, pools, salience
+from lasp_jax import choices
 from lasp_jax.data import augment
-from lasp_jax.modulation import is_weight_path
-from lasp_jax.steps import Batch, DeviceData, LossConfig, contrastive_labels
+from lasp_jax.loop.steps import Batch, DeviceData, LossConfig, contrastive_labels
+from lasp_jax.method import mask_search, pools, salience
+from lasp_jax.method.modulation import is_weight_path
 
 SRS_DATA = choices.SRS_DATA
 

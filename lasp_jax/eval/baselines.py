@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from lasp_jax import config_lib, health
+from lasp_jax import config_lib
+from lasp_jax.eval import health
 
 NAMES = config_lib.BASELINES
 

@@ -13,9 +13,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lasp_jax import cpu_kernels
-from lasp_jax.conv import conv_for_backend
-from lasp_jax.losses import l2_normalize
+from lasp_jax.method.losses import l2_normalize
+from lasp_jax.model.conv import conv_for_backend
+from lasp_jax.platform import cpu_kernels
 
 Dtype = Any
 

@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import config_lib, losses
+from lasp_jax import config_lib
 from lasp_jax.data import augment
 from lasp_jax.data.arrays import Batch, DeviceData  # noqa: F401  (the step's inputs; defined with the data)
-from lasp_jax.train_state import TrainState, with_learning_rate
+from lasp_jax.loop.train_state import TrainState, with_learning_rate
+from lasp_jax.method import losses
 
 
 @dataclasses.dataclass(frozen=True)

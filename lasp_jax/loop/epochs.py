@@ -17,11 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from lasp_jax import boundary, checkpoint, clock, context, health, steps
-from lasp_jax.context import Carry, Context
 from lasp_jax.errors import NonFiniteLoss
-from lasp_jax.steps import Batch, epoch_batches, num_steps
-from lasp_jax.train_state import task_lrs
+from lasp_jax.eval import health
+from lasp_jax.loop import boundary, checkpoint, context, steps
+from lasp_jax.loop.context import Carry, Context
+from lasp_jax.loop.steps import Batch, epoch_batches, num_steps
+from lasp_jax.loop.train_state import task_lrs
+from lasp_jax.platform import clock
 
 
 @dataclasses.dataclass(frozen=True)

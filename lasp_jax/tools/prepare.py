@@ -1,6 +1,6 @@
 """Fetches the original dataset archives once, on a machine with a network.
 
-    python -m lasp_jax.data.prepare --dataset=cifar10 --data_dir=~/data
+    python -m lasp_jax.tools.prepare --dataset=cifar10 --data_dir=~/data
 
 Each archive is checked against its published checksum and unpacked into
 ``data_dir`` in the layout the loaders in ``sources.py`` read. TensorFlow is not

@@ -22,9 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import linear, models, progress
+from lasp_jax import progress
 from lasp_jax.data import augment
-from lasp_jax.train_state import with_learning_rate
+from lasp_jax.eval import linear
+from lasp_jax.loop.train_state import with_learning_rate
+from lasp_jax.model import models
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lasp_jax import choices, modulation
+from lasp_jax import choices
+from lasp_jax.method import modulation
 
 
 @flax.struct.dataclass

@@ -1,6 +1,6 @@
 """Shows a config's task stream: split, memory counts per boundary, augmented views.
 
-    python -m lasp_jax.data.inspect --config=configs/mnist5k.py [--out=views.png]
+    python -m lasp_jax.tools.inspect --config=configs/mnist5k.py [--out=views.png]
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from ml_collections import config_flags
 from PIL import Image
 
 from lasp_jax import config_lib
-from lasp_jax import memory as memory_lib
 from lasp_jax.data import augment
+from lasp_jax.method import memory as memory_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 _OUT = flags.DEFINE_string("out", "augmented_views.png", "PNG grid of augmented view pairs.")

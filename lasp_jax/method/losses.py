@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lasp_jax.numerics import full_precision
+from lasp_jax.platform.numerics import full_precision
 
 _NEG = -1e30  # Finite stand-in for -inf: keeps 0 * logit finite in masked sums.
 

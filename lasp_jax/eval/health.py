@@ -228,7 +228,7 @@ def recheck(results: dict) -> list[Flag]:
   """The flags today's checks raise on a finished run's results.json (its curves, learning rates and boundary
   records): how a shipped run's flags read under the current checks."""
   curves, flags = results.get("curves", []), []
-  from lasp_jax import methods  # noqa: PLC0415  (no jax; health is imported by the config-free tools too)
+  from lasp_jax.method import methods  # noqa: PLC0415  (no jax; health is imported by the config-free tools too)
   selective = getattr(methods.METHODS.get(results.get("method")), "selective", False)
   for t in sorted({c["task"] for c in curves}):
     upto = [c for c in curves if c["task"] <= t]

@@ -19,13 +19,17 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from lasp_jax import checkpoint, clock, config_lib, cpu_kernels, methods, probe, progress, steps
+from lasp_jax import config_lib, progress
 from lasp_jax.data import streams
 from lasp_jax.errors import ConfigError
-from lasp_jax.models import build_model
-from lasp_jax.run_state import RunState
-from lasp_jax.steps import DeviceData, PastModel
-from lasp_jax.train_state import TrainState, create_train_state, make_optimizer
+from lasp_jax.eval import probe
+from lasp_jax.loop import checkpoint, steps
+from lasp_jax.loop.run_state import RunState
+from lasp_jax.loop.steps import DeviceData, PastModel
+from lasp_jax.loop.train_state import TrainState, create_train_state, make_optimizer
+from lasp_jax.method import methods
+from lasp_jax.model.models import build_model
+from lasp_jax.platform import clock, cpu_kernels
 
 
 def data_mesh(devices=None) -> Mesh:

@@ -2,7 +2,7 @@
 
 A pool is what an epoch shuffles into batches (``steps.epoch_batches``), what the
 look-ahead search draws its rows from (``lookahead.lookahead_rows``) and what the
-probe trains on (``evaluate.probe_data``).
+probe trains on (``evaluators.probe_data``).
 """
 
 from __future__ import annotations

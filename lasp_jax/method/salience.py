@@ -27,8 +27,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lasp_jax import models
-from lasp_jax.numerics import full_precision
+from lasp_jax.model import models
+from lasp_jax.platform.numerics import full_precision
 
 _EPS = 1e-20
 _state = threading.local()

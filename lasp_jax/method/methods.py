@@ -31,7 +31,7 @@ class Method:
   def distillation(self, *, z_cur, z_past, dim_mask, temp_cur, temp_past, valid):
     """The loss's distillation term (traced inside the train step): IRD on every embedding dim."""
     del dim_mask
-    from lasp_jax import losses  # noqa: PLC0415  (losses imports jax; see pool)
+    from lasp_jax.method import losses  # noqa: PLC0415  (losses imports jax; see pool)
     return losses.ird_loss(z_cur=z_cur, z_past=z_past, temp_cur=temp_cur, temp_past=temp_past, valid=valid)
 
   def take_lookahead(self, rs, state, res, *, task: int):
@@ -43,7 +43,7 @@ class Method:
   def pool(self, stream, memory, t: int, slot=None):
     """Task t's training pool and the samples of one epoch: the task's data and the memory (replay), or the
     task's data alone."""
-    from lasp_jax import pools  # noqa: PLC0415  (pools imports jax; this module is read before jax loads)
+    from lasp_jax.method import pools  # noqa: PLC0415  (pools imports jax; this module is read before jax loads)
     if self.replay:
       pool = pools.training_pool(stream, memory, t, slot)
       return pool, len(pool.index)
@@ -57,7 +57,7 @@ class SD(Method):
   ird_weight = 5.0
 
   def distillation(self, *, z_cur, z_past, dim_mask, temp_cur, temp_past, valid):
-    from lasp_jax import losses  # noqa: PLC0415  (see Method.distillation)
+    from lasp_jax.method import losses  # noqa: PLC0415  (see Method.distillation)
     return losses.selective_ird_loss(z_cur=z_cur, z_past=z_past, dim_mask=dim_mask, temp_cur=temp_cur,
                                      temp_past=temp_past, valid=valid)
 
@@ -79,7 +79,7 @@ class GM(Method):
 
   def take_lookahead(self, rs, state, res, *, task: int):
     """The EB salience goes into the optimizer state, where the modulation reads it."""
-    from lasp_jax import modulation  # noqa: PLC0415  (modulation imports jax)
+    from lasp_jax.method import modulation  # noqa: PLC0415  (modulation imports jax)
     state = super().take_lookahead(rs, state, res, task=task)
     return state.replace(opt_state=modulation.set_salience(state.opt_state, res.gamma))
 
@@ -100,7 +100,7 @@ class Joint(Finetune):
   cumulative = True
 
   def pool(self, stream, memory, t: int, slot=None):
-    from lasp_jax import pools  # noqa: PLC0415  (see Method.pool)
+    from lasp_jax.method import pools  # noqa: PLC0415  (see Method.pool)
     own = pools.task_pool(stream, t, slot)
     pool = pools.concat_pools(*[pools.task_pool(stream, j) for j in range(t + 1)])
     return pool, min(len(pool.index), len(own.index) + len(memory))

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from lasp_jax import choices
-from lasp_jax.losses import l2_normalize
-from lasp_jax.numerics import full_precision
+from lasp_jax.method.losses import l2_normalize
+from lasp_jax.platform.numerics import full_precision
 
 OBJECTIVES = choices.MASK_OBJECTIVES
 SELECTIONS = choices.RESTART_SELECTIONS

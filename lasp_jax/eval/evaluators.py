@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import pools, probe
+from lasp_jax.eval import probe
+from lasp_jax.method import pools
 
 
 @dataclasses.dataclass(frozen=True)

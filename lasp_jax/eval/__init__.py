@@ -1,0 +1,1 @@
+"""Evaluation: the read-outs after a task (evaluators, probe, linear), metrics, health checks, baselines."""

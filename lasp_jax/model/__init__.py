@@ -1,0 +1,1 @@
+"""The networks (models) and their convolutions."""

@@ -1,0 +1,1 @@
+"""Command-line tools: ``python -m lasp_jax.tools.prepare`` (datasets), ``python -m lasp_jax.tools.inspect``."""

@@ -115,7 +115,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                       f"{config.data.num_tasks} tasks")
   if config.memory.size < 0:
     raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
-  if config.memory.size == 0 and config.lasp.srs_data == "onlypast" and (uses_sd(config) or uses_gm(config)):
+  if config.memory.size == 0 and config.lasp.srs_data == "onlypast" and method(config).looks_ahead:
     raise ConfigError("lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0: nothing to search")
   if config.data.get("validation_per_class", 0) < 0:
     raise ConfigError(f"data.validation_per_class must be >= 0, got {config.data.validation_per_class}")
@@ -191,13 +191,6 @@ def ird_weight(config) -> float:
     return 0.0
   return method(config).ird_weight if w is None or w < 0 else float(w)
 
-
-def uses_sd(config) -> bool:
-  return method(config).selective
-
-
-def uses_gm(config) -> bool:
-  return method(config).modulates
 
 
 def augment_config(config, *, rotate: bool):

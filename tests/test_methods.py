@@ -82,3 +82,24 @@ def test_a_method_with_its_own_loss_term_trains_with_it(registered, tmp_path):
   assert all(0 < c["ird"] < 1.0 for c in later)
   assert all(c["ird"] > 3.0 for c in co2l["curves"] if c["task"] == 1)
   assert results["boundaries"] == [] and np.isfinite(results["final"]["class_il"])
+
+
+class DistilOnlyAtOddTasks(methods.GM):
+  """A toy with its own boundary behaviour: looks ahead like GM but takes the salience only before odd tasks."""
+
+  def take_lookahead(self, rs, state, res, *, task: int):
+    return super().take_lookahead(rs, state, res, task=task) if task % 2 else state
+
+
+def test_a_method_with_its_own_boundary_behaviour_needs_no_other_module(tmp_path, monkeypatch):
+  """The boundary asks the method (Method.at_boundary): a new rule there is one class and one registry line."""
+  from lasp_jax.method import lookahead, modulation  # noqa: PLC0415
+  monkeypatch.setitem(methods.METHODS, "odd_gm", DistilOnlyAtOddTasks())
+  run = Run(two_tasks(method="odd_gm", **{"data.num_tasks": 3, "data.scenario": "domain", "eval.raw_pixels": False}),
+            tmp_path)
+  results = run.run()
+  assert [b["task"] for b in results["boundaries"]] == [1, 2]  # it looked ahead at both boundaries
+  held = lookahead.gamma_by_layer(modulation.get_salience(run.state.opt_state))
+  # The salience of task 1's boundary (an odd task) is the one the optimizer holds: task 2's was not taken.
+  first, second = (b["gamma_by_layer"] for b in results["boundaries"])
+  assert held == first and held != second

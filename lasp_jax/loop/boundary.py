@@ -1,8 +1,9 @@
 """The work when the learner opens a new segment (a task boundary, given or detected).
 
-The memory is updated from the segment that ends, the past model is snapshot (methods that distil), and the
-look-ahead runs on the data the new segment starts with (methods that look ahead: SD keeps the searched subset
-of embedding dims, GM the EB salience, carried in the optimizer state).
+The memory is updated from the segment that ends; then the method does its part (methods.Method.at_boundary:
+the past model it distils against; SD and GM also the look-ahead on the data the new segment starts with, SD
+keeping the searched subset of embedding dims, GM the EB salience, carried in the optimizer state). A look-ahead
+is recorded in the run state's boundaries.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from lasp_jax.loop import checkpoint, context
 from lasp_jax.loop.context import Carry, Context
 from lasp_jax.loop.run_state import MemoryRecord, Segment
-from lasp_jax.loop.steps import past_model
 from lasp_jax.method import lookahead, pools
 
 
@@ -31,15 +31,15 @@ def open_segment(ctx: Context, carry: Carry, t: int) -> None:
   mem = stream.update_memory(rs.memory.get(), task=k, capacity=config.memory.size, seed=config.seed,
                              previous=previous, seen=seen)
   rs.memory = MemoryRecord.of(mem)
-  if not ctx.method.distills:
+
+  def look() -> lookahead.BoundaryResult:  # on the model as it ended the segment before, the new segment's pool
+    pool = pools.training_pool(stream, mem, t, context.slot(ctx, carry, t))
+    return lookahead.at_boundary(k, mem, pool, config=config, stream=stream, parts=ctx.parts,
+                                 variables=carry.state.variables(), data=carry.data)
+
+  carry.state, carry.past, res = ctx.method.at_boundary(rs, carry.state, carry.past, look, task=t)
+  if res is None:
     return
-  carry.past = past_model(carry.state)
-  if not ctx.method.looks_ahead:
-    return
-  pool = pools.training_pool(stream, mem, t, context.slot(ctx, carry, t))
-  res = lookahead.at_boundary(k, mem, pool, config=config, stream=stream, parts=ctx.parts,
-                              variables=carry.state.variables(), data=carry.data)
-  carry.state = ctx.method.take_lookahead(rs, carry.state, res, task=t)
   info = dict(task=t, **res.info)
   if not stream.given_boundaries:
     info.update(segment=k, step=rs.steps_done)

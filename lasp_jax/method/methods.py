@@ -2,9 +2,10 @@
 
 A method's rules are all here, as behaviour the loop calls without asking which method it runs: its training
 pool (``pool``), its distillation term of the loss (``distillation``, inside the compiled step) and its weight,
-whether it looks ahead at a boundary (``looks_ahead``) and what it takes from the look-ahead
-(``take_lookahead``: SD the subset of embedding dims it distils, GM the salience that slows weights). Training,
-SupCon and the probe are shared. Adding a method is one class and one line in ``METHODS``.
+what it does when a segment opens (``at_boundary``: snapshot the past model; the look-ahead methods also run the
+look-ahead and take from it, ``take_lookahead``: SD the subset of embedding dims it distils, GM the salience that
+slows weights). Training, SupCon and the probe are shared. Adding a method is one class and one line in
+``METHODS``.
 
 No jax here: the config check (config_lib) reads these before the library loads.
 """
@@ -25,14 +26,23 @@ class Method:
 
   @property
   def looks_ahead(self) -> bool:
-    """Whether a boundary runs the look-ahead (mask search, and EB for GM)."""
-    return self.selective or self.modulates
+    """Whether a boundary runs the look-ahead (mask search, and EB for GM): the LookAhead methods."""
+    return isinstance(self, LookAhead)
 
   def distillation(self, *, z_cur, z_past, dim_mask, temp_cur, temp_past, valid):
     """The loss's distillation term (traced inside the train step): IRD on every embedding dim."""
     del dim_mask
     from lasp_jax.method import losses  # noqa: PLC0415  (losses imports jax; see pool)
     return losses.ird_loss(z_cur=z_cur, z_past=z_past, temp_cur=temp_cur, temp_past=temp_past, valid=valid)
+
+  def at_boundary(self, rs, state, past, look, *, task: int):
+    """What the method does when a segment opens, after the memory update (loop/boundary.py): returns the train
+    state and past model the next segment trains with, and the look-ahead's result (None: it ran none).
+    ``look()`` runs the look-ahead on the model as it ended the segment before. Co2L: the past model it
+    distils against next is that model (a method that does not distil keeps none)."""
+    del rs, look, task
+    from lasp_jax.loop.steps import past_model  # noqa: PLC0415  (steps imports jax; see pool)
+    return state, past_model(state) if self.distills else past, None
 
   def take_lookahead(self, rs, state, res, *, task: int):
     """What the boundary's look-ahead result ``res`` (lookahead.BoundaryResult) changes: the run state ``rs``
@@ -51,7 +61,16 @@ class Method:
     return own, len(own.index)
 
 
-class SD(Method):
+class LookAhead(Method):
+  """A method that looks ahead at every boundary: Co2L's past model, then the look-ahead, then what it takes."""
+
+  def at_boundary(self, rs, state, past, look, *, task: int):
+    state, past, _ = super().at_boundary(rs, state, past, look, task=task)
+    res = look()
+    return self.take_lookahead(rs, state, res, task=task), past, res
+
+
+class SD(LookAhead):
   """LASP's selective distillation: IRD on the salient subset of embedding dims, weight 5."""
   selective = True
   ird_weight = 5.0
@@ -73,7 +92,7 @@ class SD(Method):
     return super().take_lookahead(rs, state, res, task=task)
 
 
-class GM(Method):
+class GM(LookAhead):
   """LASP's gradient modulation: full IRD; weight gradients times 1 - min(1, gamma) from EB salience."""
   modulates = True
 

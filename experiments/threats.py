@@ -183,12 +183,9 @@ def table(rows, chosen) -> str:
     for head, label in dict.fromkeys((r["head"], r["method"]) for r in rs):
       c = _cell_rows(rs, grid, label, head)
       flagged = sum(bool(r["flags"]) for r in c)
-      val = lambda k, c=c: aggregate.cell(aggregate.mean_std((r["validation"] or {}).get(k) for r in c))
+      val = lambda k, c=c: _ms((r["validation"] or {}).get(k) for r in c)
       body.append([f"{label}{f' †{flagged}' if flagged else ''}", head, len(c), val("lbfgs"), val("sgd"),
-                   aggregate.cell(aggregate.mean_std(r["m1"] for r in c)),
-                   aggregate.cell(aggregate.mean_std(r["sgd"] for r in c)),
-                   aggregate.cell(aggregate.mean_std(r["m2"] for r in c)),
-                   aggregate.cell(aggregate.mean_std(r["raw_pixels"] for r in c))])
+                   *(_ms(r[k] for r in c) for k in ("m1", "sgd", "m2", "raw_pixels"))])
     lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels"], body), ""]
@@ -205,6 +202,12 @@ def table(rows, chosen) -> str:
         equal_heads._num(r["m1"]), equal_heads._num(r["sgd"]), equal_heads._health(r),
         equal_heads._num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
+
+
+def _ms(values) -> str:
+  """'mean (std)' over seeds; one seed's value alone (no spread to show)."""
+  ms = aggregate.mean_std(values)
+  return f"{ms[0]:.2f}" if ms[2] == 1 else aggregate.cell(ms)
 
 
 def _differences(rows, grid, chosen) -> list[str]:

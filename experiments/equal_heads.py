@@ -21,7 +21,6 @@ Cells run through experiments/runner.py (a finished cell is read back, a started
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import pathlib
 import sys
@@ -29,43 +28,11 @@ import sys
 import numpy as np
 from absl import app, flags, logging
 
-from experiments import aggregate, lasp_gain, runner
-from experiments.lasp_gain import METRICS, Point
-from experiments.lasp_gain import POINTS as GAIN_POINTS
-from lasp_jax import config_lib
-from lasp_jax.eval import health
+from experiments import aggregate, runner, studies
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
 
-# The paper's epochs on every Rotated MNIST point; digits per domain = 10 x per_class.
-EPOCHS = dict(domains=20, epochs_first=100, epochs=20, schedule="published_epoch_cosine")
-POINTS = (Point("d600", 60, **EPOCHS), Point("d1200", 120, **EPOCHS), Point("d2500", 250, **EPOCHS),
-          *(p for p in GAIN_POINTS if p.name in ("c1", "c2")))
-HEADS = {"published": {"model.head_center": False}, "centred": {"model.head_center": True}}
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-  """A row of the grid: a method and the keys that make it (over the point's config)."""
-  label: str
-  method: str
-  keys: tuple = ()
-
-  @property
-  def overrides(self) -> dict:
-    return {"method": self.method, **dict(self.keys)}
-
-
-VARIANTS = (Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),)),
-            Variant("SD onlypast", "sd", (("lasp.srs_data", "onlypast"),)),
-            Variant("Co2L", "co2l"), Variant("GM", "gm"), Variant("finetune", "finetune"), Variant("joint", "joint"),
-            # The ablation (SD as Table 1 runs it, searched on onlycurrent, unless the row says otherwise).
-            Variant("Co2L lambda5", "co2l", (("train.ird_weight", 5.0),)),
-            Variant("SD lambda1", "sd", (("lasp.srs_data", "onlycurrent"), ("train.ird_weight", 1.0))),
-            Variant("SD random subset", "sd", (("lasp.srs_data", "onlycurrent"), ("lasp.subset", "random"))),
-            Variant("SD all dims", "sd", (("lasp.srs_data", "onlycurrent"), ("lasp.subset", "all"))),
-            Variant("SD combined", "sd", (("lasp.srs_data", "combined"),)))
 MAIN = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
 # The ablation rows that change one thing of SD (searched on onlycurrent data, as Table 1 runs it).
 ABLATION_OF_SD = ("SD lambda1", "SD random subset", "SD all dims", "SD combined")
@@ -77,56 +44,22 @@ PAPER_SCALE = {"digits": 60000, "SD onlypast": 94.43, "Co2L": 81.14}
 
 def define_flags() -> None:
   """The command line (defined when run as a script only: importing the module defines no flags)."""
-  flags.DEFINE_list("points", ["d600"], f"Points to run, some of {[p.name for p in POINTS]}.")
+  flags.DEFINE_list("points", ["d600"], f"Points to run, some of {[p.name for p in studies.EQUAL_HEADS_POINTS]}.")
   flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.")
   flags.DEFINE_integer("first_seed", 0, "The first seed (--first_seed=3 --seeds=2: seeds 3 and 4).")
   flags.DEFINE_list("methods", None, "Variant labels with '_' for ' ' (default: the main methods; Split points: "
                     "SD onlycurrent, Co2L, finetune).")
-  flags.DEFINE_list("heads", list(HEADS), "Heads, some of published, centred.")
+  flags.DEFINE_list("heads", list(studies.HEADS), "Heads, some of published, centred.")
   flags.DEFINE_string("out", "results/equal_heads", "Output folder.")
   flags.DEFINE_bool("aggregate_only", False, "Tabulate and plot the finished runs only.")
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 
 
-def config_for(point: Point, variant: Variant, head: str, seed: int):
-  """The cell's resolved config: a Rotated MNIST point on configs/rmnist.py, a Split point as results/lasp_gain
-  builds it, the head's and the variant's keys over it."""
-  from configs import rmnist  # noqa: PLC0415  (configs import the library)
-  if point.scenario == "class":
-    c = lasp_gain.config_for(point, variant.method, "", seed)
-    c.unlock()
-  else:
-    c = config_lib.override(rmnist.get_config(), **{
-        "seed": seed, "data.train_per_class": point.per_class, "data.num_tasks": point.domains,
-        "train.epochs_first": point.epochs_first, "train.epochs": point.epochs, "train.schedule": point.schedule,
-        "eval.probe": "lbfgs", "eval.augment": False, "eval.every_task": False})
-  config_lib.override(c, progress=False, pictures=False, **HEADS[head], **variant.overrides)
-  return config_lib.resolved(c)
-
-
-def workdir_of(out: pathlib.Path, point: Point, head: str, label: str, seed: int) -> pathlib.Path:
+def workdir_of(out: pathlib.Path, point: studies.Point, head: str, label: str, seed: int) -> pathlib.Path:
   return out / "runs" / point.name / head / f"{label.replace(' ', '_')}_s{seed}"
 
 
-def row_of(point: Point, head: str, label: str, seed: int, res: dict) -> dict:
-  """One cell's figures (m1, m2: the scenario's two METRICS), flags, times and provenance."""
-  base = {"point": point.name, "head": head, "method": label, "seed": seed,
-          "commit": lasp_gain.commit_of(res),
-          "date": res.get("provenance", {}).get("date"), "cpu": res.get("provenance", {}).get("cpu")}
-  if runner.failed(res):
-    return {**base, "m1": None, "m2": None, "raw_pixels": None, "train_s": None, "wall_s": None,
-            "flags": ["diverged (non-finite loss): " + res["failed"].split(";")[0]]}
-  (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
-  value = lambda k, how: res["final"][k] if how == "final" else res["acc_matrix"][k][-1][-1]
-  # Flags as today's checks read the run's curves (health.recheck; results/health_audit.md says what changed).
-  found = health.recheck(res)
-  return {**base, "m1": value(k1, h1), "m2": value(k2, h2), "final_row": res["acc_matrix"][k1][-1],
-          "raw_pixels": res.get("baselines", {}).get("raw_pixels", {}).get(k1),
-          "flags": sorted({f.check for f in found}), "first_flagged_task": min((f.task for f in found), default=None),
-          "train_s": res["timing"].get("train_s"), "wall_s": res.get("wall_time_s")}
-
-
-def labels_for(point: Point, methods) -> tuple:
+def labels_for(point: studies.Point, methods) -> tuple:
   if methods:
     return tuple(methods)
   return SPLIT if point.scenario == "class" else MAIN
@@ -134,7 +67,7 @@ def labels_for(point: Point, methods) -> tuple:
 
 def cells(points, heads, seeds, methods):
   """(point, head, variant, seed) in run order: point by point, seed-major, both heads of a seed together."""
-  by_label = {v.label: v for v in VARIANTS}
+  by_label = {v.label: v for v in studies.VARIANTS}
   for point in points:
     for seed in seeds:
       for head in heads:
@@ -145,13 +78,13 @@ def cells(points, heads, seeds, methods):
 def finished(out: pathlib.Path) -> list[dict]:
   """Rows of every ended cell under ``out`` (any point, head, variant, seed)."""
   rows = []
-  for point in POINTS:
-    for head in HEADS:
-      for v in VARIANTS:
+  for point in studies.EQUAL_HEADS_POINTS:
+    for head in studies.HEADS:
+      for v in studies.VARIANTS:
         for wd in sorted((out / "runs" / point.name / head).glob(f"{v.label.replace(' ', '_')}_s*")):
           res = runner.outcome(wd)
           if res is not None:
-            rows.append(row_of(point, head, v.label, int(wd.name.rsplit("_s", 1)[1]), res))
+            rows.append(studies.equal_heads_row(point, head, v.label, int(wd.name.rsplit("_s", 1)[1]), res))
   return rows
 
 
@@ -159,16 +92,6 @@ def finished(out: pathlib.Path) -> list[dict]:
 
 def _ms(values) -> str:
   return aggregate.cell(aggregate.mean_std(values))
-
-
-def paired(rows, point: str, head: str, label: str, other: str = "Co2L", metric: str = "m1",
-           unflagged: bool = False) -> list[float]:
-  """label − other per seed, both finished (the same seed draws the same angles, memory and data order);
-  ``unflagged``: only the seeds where neither run failed a health check."""
-  by = {(r["method"], r["seed"]): r[metric] for r in rows
-        if r["point"] == point and r["head"] == head and r[metric] is not None
-        and not (unflagged and r["flags"])}
-  return [by[(label, s)] - by[(other, s)] for (m, s) in sorted(by) if m == label and (other, s) in by]
 
 
 def verdict(diffs) -> str:
@@ -186,10 +109,10 @@ def _cell(rows, point: str, head: str, label: str) -> list[dict]:
   return [r for r in rows if (r["point"], r["head"], r["method"]) == (point, head, label)]
 
 
-def summary_rows(rows, point: Point, head: str):
-  (n1, _, _), (n2, _, _) = METRICS[point.scenario]
+def summary_rows(rows, point: studies.Point, head: str):
+  (n1, _, _), (n2, _, _) = studies.METRICS[point.scenario]
   out = []
-  for v in VARIANTS:
+  for v in studies.VARIANTS:
     rs = _cell(rows, point.name, head, v.label)
     if not rs:
       continue
@@ -202,12 +125,12 @@ def summary_rows(rows, point: Point, head: str):
   return ["method", "seeds", n1, n2, f"{n1}, unflagged runs only", f"raw pixels ({n1})"], out
 
 
-def by_domain(rows, point: Point) -> list[str]:
+def by_domain(rows, point: studies.Point) -> list[str]:
   """Where a method's accuracy after the last task lies: its final row A[T][j], averaged over the quarters of the
   domains j (the oldest first) and over seeds, per head and main method; flagged runs included."""
   bounds = np.linspace(0, point.domains, 5).astype(int)
   groups, body = list(zip(bounds[:-1], bounds[1:])), []
-  for head in HEADS:
+  for head in studies.HEADS:
     for label in MAIN:
       finals = [r["final_row"] for r in _cell(rows, point.name, head, label) if r["m1"] is not None]
       if finals:
@@ -220,13 +143,6 @@ def by_domain(rows, point: Point) -> list[str]:
                                    body), ""]
 
 
-def _health(row) -> str:
-  if not row["flags"]:
-    return "ok"
-  task = row.get("first_flagged_task")  # a diverged run names its task in its flag
-  return "† " + ", ".join(row["flags"]) + ("" if task is None else f" (task {task})")
-
-
 def table(rows) -> str:
   lines = ["# SD against Co2L on equal heads", "",
            "Produced by `python -m experiments.equal_heads` (its docstring has the protocol). Mean (std) over seeds,",
@@ -235,26 +151,26 @@ def table(rows) -> str:
            "runs included, and apart in the last column) with a 95 % interval from the t distribution (n − 1",
            "degrees of freedom); the verdict says whether it excludes 0. Dozens of differences are tested here:",
            "at 95 % about one in twenty excludes 0 by chance, so a lone verdict carries little weight.", ""]
-  for point in POINTS:
+  for point in studies.EQUAL_HEADS_POINTS:
     if not any(r["point"] == point.name for r in rows):
       continue
-    lines += [f"## {point.name}: {_budget(point)}", ""]
-    for head in HEADS:
+    lines += [f"## {point.name}: {studies.budget(point)}", ""]
+    for head in studies.HEADS:
       header, body = summary_rows(rows, point, head)
       if not body:
         continue
       lines += [f"### {head} head", "", aggregate.markdown_table(header, body), ""]
     diffs = []
-    for head in HEADS:
+    for head in studies.HEADS:
       for label in ("SD onlycurrent", "SD onlypast", "GM", "Co2L lambda5", "SD lambda1", "SD random subset",
                     "SD all dims", "SD combined", "finetune"):
-        g = paired(rows, point.name, head, label)
+        g = studies.paired(rows, point.name, head, label)
         if g:
           diffs.append(_diff_row(rows, point.name, head, label, "Co2L"))
       # what each change does to SD itself; where SD stands against finetune, the bound a continual method must beat
       for label, other in [*((a, "SD onlycurrent") for a in ABLATION_OF_SD),
                            ("SD onlycurrent", "finetune"), ("SD onlypast", "finetune")]:
-        g = paired(rows, point.name, head, label, other=other)
+        g = studies.paired(rows, point.name, head, label, other=other)
         if g:
           diffs.append(_diff_row(rows, point.name, head, label, other))
     for label in ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint"):
@@ -262,7 +178,7 @@ def table(rows) -> str:
       if g:
         diffs.append(["centred − published", label, len(g), _ms(g), _interval(g), verdict(g), "", ""])
     if diffs:
-      (n1, _, _), (n2, _, _) = METRICS[point.scenario]
+      (n1, _, _), (n2, _, _) = studies.METRICS[point.scenario]
       lines += ["### Paired differences", "",
                 aggregate.markdown_table(["head", "difference", "pairs", f"{n1}: mean (std)",
                                           "mean [95 % interval]", "verdict", f"{n2}: mean [95 % interval]",
@@ -272,19 +188,19 @@ def table(rows) -> str:
   lines += ["## Every run", "", aggregate.markdown_table(
       ["point", "head", "method", "seed", "figure 1", "figure 2", "raw pixels", "health (first flagged task)",
        "train s", "commit", "date"],
-      [[r["point"], r["head"], r["method"], r["seed"], _num(r["m1"]), _num(r["m2"]), _num(r["raw_pixels"]),
-        _health(r),
-        _num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
+      [[r["point"], r["head"], r["method"], r["seed"], *(studies.num(r[k]) for k in ("m1", "m2", "raw_pixels")),
+        studies.health_cell(r), studies.num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]),
+      ""]
   return "\n".join(lines)
 
 
 def _diff_row(rows, point: str, head: str, label: str, other: str) -> list:
   """A paired-differences row: every finished pair, its 95 % t interval and verdict, the second metric's
   interval, and the interval over the pairs where neither run was flagged."""
-  g = paired(rows, point, head, label, other=other)
+  g = studies.paired(rows, point, head, label, other=other)
   return [head, f"{label} − {other}", len(g), _ms(g), _interval(g), verdict(g),
-          _interval(paired(rows, point, head, label, other=other, metric="m2")),
-          _interval(paired(rows, point, head, label, other=other, unflagged=True))]
+          _interval(studies.paired(rows, point, head, label, other=other, metric="m2")),
+          _interval(studies.paired(rows, point, head, label, other=other, unflagged=True))]
 
 
 def _head_pairs(rows, point: str, label: str):
@@ -294,17 +210,6 @@ def _head_pairs(rows, point: str, label: str):
           and ("published", s) in by]
 
 
-def _num(v, digits: int = 2) -> str:
-  return "failed" if v is None else f"{v:.{digits}f}"
-
-
-def _budget(p: Point) -> str:
-  per_task = 10 * p.per_class // (1 if p.scenario == "domain" else p.domains)
-  unit = "digits per domain" if p.scenario == "domain" else "digits per task"
-  sched = "per-epoch cosine" if p.schedule == "published_epoch_cosine" else "per-step cosine"
-  return f"{per_task:,} {unit}, {p.domains} tasks, {p.epochs_first} + {p.domains - 1} × {p.epochs} epochs, {sched}"
-
-
 def figure(rows, path) -> None:
   """One panel per point: every run as a dot (× when flagged) and each cell's mean as a bar, methods along the
   x-axis, the published head left (hollow) and the centred head right (filled) of each method; raw pixels as a grey
@@ -312,7 +217,7 @@ def figure(rows, path) -> None:
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
-  points = [p for p in POINTS if any(r["point"] == p.name for r in rows)]
+  points = [p for p in studies.EQUAL_HEADS_POINTS if any(r["point"] == p.name for r in rows)]
   if not points:
     return
   fig, axes = plt.subplots(len(points), 1, figsize=(10, 4.2 * len(points)), squeeze=False)
@@ -327,8 +232,8 @@ def figure(rows, path) -> None:
   plt.close(fig)
 
 
-def _panel(ax, point: Point, rows) -> None:
-  labels = [v.label for v in VARIANTS if any(r["method"] == v.label for r in rows)]
+def _panel(ax, point: studies.Point, rows) -> None:
+  labels = [v.label for v in studies.VARIANTS if any(r["method"] == v.label for r in rows)]
   for i, label in enumerate(labels):
     for head, dx, fill in (("published", -0.18, "none"), ("centred", 0.18, None)):
       rs = [r for r in rows if (r["head"], r["method"]) == (head, label) and r["m1"] is not None]
@@ -352,8 +257,8 @@ def _panel(ax, point: Point, rows) -> None:
   for marker, fill, text in (("o", "none", "published head (left, hollow)"), ("o", None, "centred head (right)"),
                              ("x", None, "a run that failed a health check")):
     ax.plot([], [], marker, color="grey", mfc=fill, ls="none", label=text)
-  (n1, _, _), _ = METRICS[point.scenario]
-  ax.set(ylabel=f"{n1} accuracy (%)", title=f"{point.name}: {_budget(point)}\nevery run a marker, the bar its "
+  (n1, _, _), _ = studies.METRICS[point.scenario]
+  ax.set(ylabel=f"{n1} accuracy (%)", title=f"{point.name}: {studies.budget(point)}\nevery run a marker, the bar its "
                                              "cell's mean (flagged runs included)")
   ax.title.set_fontsize(9)
   ax.legend(fontsize=6.5, loc="lower right")
@@ -363,8 +268,8 @@ def curve_cells(rows) -> dict:
   """{(method, head): [(digits per domain, mean, std, runs, flagged runs)]} over the Rotated MNIST points, the
   comparison's methods only (flagged runs included and counted)."""
   out = {}
-  for point in (p for p in POINTS if p.scenario == "domain"):
-    for head in HEADS:
+  for point in (p for p in studies.EQUAL_HEADS_POINTS if p.scenario == "domain"):
+    for head in studies.HEADS:
       for label in MAIN:
         rs = [r for r in _cell(rows, point.name, head, label) if r["m1"] is not None]
         if rs:
@@ -399,7 +304,7 @@ def curve(rows, path) -> None:
     ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=f"C{MAIN.index(label)}", mfc="none", ms=8,
             label=f"{label}, published head, paper scale (H200, 1 seed; published SGD probe)")
   raw = sorted((10 * p.per_class, aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"] == p.name)[0])
-               for p in POINTS if p.scenario == "domain")
+               for p in studies.EQUAL_HEADS_POINTS if p.scenario == "domain")
   raw = [(d, m) for d, m in raw if m is not None]
   if raw:
     ax.plot(*zip(*raw), ":", marker=".", color="grey", label="raw pixels, linear (each point's mean)")
@@ -432,9 +337,10 @@ def run_all(out: pathlib.Path, points, heads, seeds, methods) -> None:
     wd = workdir_of(out, point, head, variant.label, seed)
     if runner.outcome(wd) is not None:
       continue
-    row = row_of(point, head, variant.label, seed, runner.run_or_skip(wd, config_for(point, variant, head, seed)))
-    print(f"{point.name} {head} {variant.label} seed {seed}: {_num(row['m1'])} / {_num(row['m2'])} "
-          f"{' '.join(row['flags'])} (train {_num(row['train_s'], 0)} s)", flush=True)
+    res = runner.run_or_skip(wd, studies.equal_heads_config(point, variant, head, seed))
+    row = studies.equal_heads_row(point, head, variant.label, seed, res)
+    print(f"{point.name} {head} {variant.label} seed {seed}: {studies.num(row['m1'])} / {studies.num(row['m2'])} "
+          f"{' '.join(row['flags'])} (train {studies.num(row['train_s'], 0)} s)", flush=True)
     report(out)
 
 
@@ -448,10 +354,10 @@ def parse(names, known, what) -> list:
 
 def main(argv):
   del argv
-  points = parse(FLAGS.points, {p.name: p for p in POINTS}, "points")
-  heads = parse(FLAGS.heads, {h: h for h in HEADS}, "heads")
+  points = parse(FLAGS.points, {p.name: p for p in studies.EQUAL_HEADS_POINTS}, "points")
+  heads = parse(FLAGS.heads, {h: h for h in studies.HEADS}, "heads")
   methods = parse([m.replace("_", " ") for m in FLAGS.methods or []],
-                  {v.label: v.label for v in VARIANTS}, "methods") or None
+                  {v.label: v.label for v in studies.VARIANTS}, "methods") or None
   if FLAGS.seeds < 1 or FLAGS.first_seed < 0:
     print("error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
     sys.exit(2)

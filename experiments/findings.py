@@ -10,11 +10,12 @@ to SD at 600 digits per domain (the ablation). Every run is read out by the conv
 from __future__ import annotations
 
 import datetime
+import json
 import pathlib
 
 from absl import app, flags
 
-from experiments import aggregate, equal_heads, lasp_gain
+from experiments import aggregate, studies
 from lasp_jax.loop.checkpoint import write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -31,14 +32,18 @@ ABLATION = [("SD at λ 1 − SD", "SD lambda1"), ("random subset − SD", "SD ra
             ("searched on memory − SD", "SD onlypast")]
 
 
+def study_rows(name: str) -> list[dict]:
+  """Every run's row of a study, as its ``--aggregate_only`` wrote them (results/NAME/runs.json)."""
+  return json.loads((REPO / "results" / name / "runs.json").read_text())
+
+
 def intervals() -> list[tuple[str, str, list[float]]]:
   """(panel, label, paired differences) of every comparison drawn."""
-  eh = equal_heads.finished(REPO / "results" / "equal_heads")
-  out = [("main", label, equal_heads.paired(eh, p, h, m, other=o)) for label, p, h, m, o in MAIN]
-  gain = lasp_gain.finished(REPO / "results" / "lasp_gain", lasp_gain.POINTS, 3)
+  eh = study_rows("equal_heads")
+  out = [("main", label, studies.paired(eh, p, h, m, other=o)) for label, p, h, m, o in MAIN]
   out.append(("main", "p5 (60,000 digits, published head): SD (onlypast) − Co2L",
-              lasp_gain.gains(gain, "p5", "SD onlypast", "m1")))
-  out += [("ablation", label, equal_heads.paired(eh, "d600", "centred", m, other="SD onlycurrent"))
+              studies.gains(study_rows("lasp_gain"), "p5", "SD onlypast", "m1")))
+  out += [("ablation", label, studies.paired(eh, "d600", "centred", m, other="SD onlycurrent"))
           for label, m in ABLATION]
   return out
 
@@ -59,7 +64,7 @@ def figure(rows, path: pathlib.Path) -> None:
 
   from lasp_jax import provenance  # noqa: PLC0415
   from lasp_jax.eval import metrics  # noqa: PLC0415
-  eh = equal_heads.finished(REPO / "results" / "equal_heads")
+  eh = study_rows("equal_heads")
   cpus = "; ".join(sorted({r["cpu"].split(" (")[0] for r in eh if r.get("cpu")}))
   fig, axes = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [3, 2]})
   for ax, panel, title in ((axes[0], "main", "SD against Co2L and finetune (centred head unless named)"),

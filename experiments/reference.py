@@ -28,8 +28,8 @@ import re
 from absl import app, flags, logging
 
 from configs import rmnist
-from experiments import aggregate
-from lasp_jax import config_lib, train
+from experiments import aggregate, runner
+from lasp_jax import config_lib
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
 
@@ -128,11 +128,12 @@ def main(argv):
       p = {**json.loads(pkey), "angles": rec["angles"]}
       config = lasp_config(p, method, seed, p["angles"], FLAGS.idx_dir)
       wd = out / "runs" / f"{p['data']}_{method}_{config_lib.config_hash(config)}"
-      done = wd / "results.json"
-      res = json.loads(done.read_text()) if done.exists() else train.train_and_evaluate(config, wd)
-      records.append({"side": "lasp_jax", "protocol": pkey, "method": method, "seed": seed,
-                      "angles": p["angles"], "angles_from_published_seed": rec["seed"], "workdir": str(wd),
-                      **lasp_side(res)})
+      res = runner.run_or_skip(wd, config)
+      # A diverged run is kept apart (its own side), never in a mean.
+      side = {"side": "lasp_jax (failed)", "failed": res["failed"]} if runner.failed(res) else {
+          "side": "lasp_jax", **lasp_side(res)}
+      records.append({"protocol": pkey, "method": method, "seed": seed, "angles": p["angles"],
+                      "angles_from_published_seed": rec["seed"], "workdir": str(wd), **side})
   write_json_atomic(out / "runs.json", records)
   text = table_md(records, same_machine=not FLAGS.published)
   write_text_atomic(out / "table.md", text)

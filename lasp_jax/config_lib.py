@@ -161,7 +161,7 @@ def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   override(c, **PRESETS[c.get("preset", "")])
   if c.get("preset", "") == "published":
     # The published commands' look-ahead data: R-MNIST SD searched on --onlypast, everything else on --onlycurrent.
-    c.lasp.srs_data = "onlypast" if (c.data.scenario == "domain" and c.method == "sd") else "onlycurrent"
+    c.lasp.srs_data = method(c).published_srs_data.get(c.data.scenario, "onlycurrent")
   if c.model.embedding_dim == 0:
     sizes = PUBLISHED_EMBEDDING_DIM.get(c.dataset, {})
     c.model.embedding_dim = sizes.get(c.method, sizes.get("default", 128))

@@ -47,6 +47,8 @@ def test_the_published_methods_rules():
   assert {n: m[n].ird_weight for n in m} == {"co2l": 1.0, "sd": 5.0, "gm": 1.0, "sd_gm": 5.0, "finetune": 0.0,
                                             "joint": 0.0}
   assert [n for n in m if not m[n].distills] == ["finetune", "joint"] and [n for n in m if m[n].cumulative] == ["joint"]
+  # preset=published: only the published R-MNIST SD command searches the memory (--onlypast)
+  assert {n: m[n].published_srs_data for n in m if m[n].published_srs_data} == {"sd": {"domain": "onlypast"}}
 
 
 def test_a_method_defined_in_a_test_file_trains_with_one_registry_line(registered, tmp_path):

@@ -23,6 +23,8 @@ class Method:
   ird_weight: ClassVar[float] = 1.0   # the published --distill_power
   selective: ClassVar[bool] = False   # SD: IRD on the look-ahead's subset of embedding dims
   modulates: ClassVar[bool] = False   # GM: gradients scaled by the look-ahead's EB salience
+  # The look-ahead data of the published commands (preset=published), per scenario; else onlycurrent.
+  published_srs_data: ClassVar[dict] = {}
 
   @property
   def looks_ahead(self) -> bool:
@@ -74,6 +76,7 @@ class SD(LookAhead):
   """LASP's selective distillation: IRD on the salient subset of embedding dims, weight 5."""
   selective = True
   ird_weight = 5.0
+  published_srs_data = {"domain": "onlypast"}  # the published R-MNIST SD command's --onlypast
 
   def distillation(self, *, z_cur, z_past, dim_mask, temp_cur, temp_past, valid):
     from lasp_jax.method import losses  # noqa: PLC0415  (see Method.distillation)
@@ -105,6 +108,7 @@ class GM(LookAhead):
 
 class SDGM(SD, GM):
   """Both of LASP's parts (SD's distillation and weight, GM's modulation)."""
+  published_srs_data = {}  # no published command: the look-ahead on the current data
 
 
 class Finetune(Method):

@@ -18,6 +18,7 @@ from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
 from lasp_jax.method import memory as M
 from lasp_jax.tools import prepare
+from tests.conftest import REPO
 
 # ------------------------------------------------------------------------ sources
 
@@ -308,6 +309,14 @@ def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
     prepare.ARCHIVES = old
   assert (fetched / "cifar-10-batches-bin" / "readme.html").read_text() == "x"
   assert (fetched / archive.name).read_bytes() == archive.read_bytes()
+
+
+def test_prepare_names_a_bad_dataset_in_one_line(tmp_path):
+  out = subprocess.run([sys.executable, "-m", "lasp_jax.tools.prepare", "--dataset=bogus", f"--data_dir={tmp_path}"],
+                       capture_output=True, text=True, timeout=120, cwd=REPO)
+  assert out.returncode == 2 and out.stderr.strip() == (
+      "error: nothing to prepare for 'bogus'; choose one of ['cifar10', 'mnist', 'tiny_imagenet']")
+  assert not any(tmp_path.iterdir())  # nothing written
 
 
 def test_idx_with_a_bad_magic_number_is_refused(tmp_path):

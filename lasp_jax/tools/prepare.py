@@ -75,7 +75,11 @@ DATA_DIR = flags.DEFINE_string("data_dir", "data", "where to put the files")
 
 def main(argv):
   del argv
-  prepare(FLAGS.value, DATA_DIR.value)
+  try:
+    prepare(FLAGS.value, DATA_DIR.value)
+  except (DataError, OSError) as e:  # a bad name, a failed download or checksum: one line, exit 2
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Errors that reach the user as one clear line (see ``main.py``)."""
+"""Errors that reach the user as one clear line (see ``main.py``), and the flag parsing that says them so."""
+
+import sys
+
+from absl import flags
 
 
 class LaspError(Exception):
@@ -24,3 +28,27 @@ class NonFiniteLoss(TrainingError):
   def __init__(self, what: str, checkpoint):
     super().__init__(f"{what}; last good checkpoint: {checkpoint}")
     self.what, self.checkpoint = what, checkpoint
+
+
+def one_line(e: BaseException) -> str:
+  """The error's message on one line (a KeyError's without its quotes)."""
+  text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+  return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def parse_flags(argv, usage: str = ""):
+  """absl flag parsing that reports a bad flag, config file or config key in one line and exits 2 (no traceback);
+  ``--help`` prints ``usage`` when given. For ``app.run(main, flags_parser=...)``."""
+  if usage and any(a in ("--help", "-h", "-?", "--usage") for a in argv[1:]):
+    print(usage, end="")
+    sys.exit(0)
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    message = f"error: {one_line(e)}"
+  except KeyError as e:  # a misspelled --config.key on the locked ConfigDict
+    message = f"error: unknown config key {one_line(e)}"
+  except (OSError, ImportError, SyntaxError, AttributeError, ValueError, TypeError) as e:
+    message = f"error: cannot use the --config flag: {one_line(e)}"
+  print(message, file=sys.stderr)
+  sys.exit(2)

@@ -7,7 +7,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 from lasp_jax.errors import LaspError
 from lasp_jax.platform import host_memory
 
@@ -27,11 +27,6 @@ _BASELINES = flags.DEFINE_bool("baselines", False,
 def default_workdir(config) -> str:
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   return os.path.join("runs", f"{config.dataset}_{config.method}_s{config.seed}_{stamp}")
-
-
-def _one_line(e: BaseException) -> str:
-  text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-  return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 USAGE = """usage: lasp-jax --config=FILE [--config.KEY=VALUE ...] [--workdir=DIR] [--baselines]
@@ -57,19 +52,7 @@ example: lasp-jax --config=configs/mnist5k.py --baselines
 
 def parse_flags(argv):
   """Flag parsing that reports a bad config file or key in one line, no traceback; ``--help`` prints USAGE."""
-  if any(a in ("--help", "-h", "-?", "--usage") for a in argv[1:]):
-    print(USAGE, end="")
-    sys.exit(0)
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    message = f"error: {_one_line(e)}"
-  except KeyError as e:  # a misspelled --config.key on the locked ConfigDict
-    message = f"error: unknown config key {_one_line(e)}"
-  except (OSError, ImportError, SyntaxError, AttributeError, ValueError, TypeError) as e:
-    message = f"error: cannot use the --config flag: {_one_line(e)}"
-  print(message, file=sys.stderr)
-  sys.exit(2)
+  return errors.parse_flags(argv, USAGE)
 
 
 def main(argv):
@@ -83,7 +66,7 @@ def main(argv):
     config = _CONFIG.value
     config.to_dict()  # config_flags defers a failed load until first use
   except (OSError, ImportError, SyntaxError, AttributeError) as e:
-    print(f"error: cannot load --config: {_one_line(e)}", file=sys.stderr)
+    print(f"error: cannot load --config: {errors.one_line(e)}", file=sys.stderr)
     sys.exit(2)
   try:
     # A bad value is one line before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib has no jax.

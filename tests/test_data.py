@@ -285,6 +285,16 @@ def test_inspect_command_prints_split_and_writes_png(tmp_path):
   assert img.size[0] > 100 and img.size[1] > 50
 
 
+@pytest.mark.parametrize("arg,line", [
+    ("--config.method=nope", "error: unknown method 'nope'; expected one of"),
+    ("--config.data.num_tasks=3", "error: 10 classes cannot be split into 3 equal tasks")])
+def test_inspect_names_a_bad_config_in_one_line(tmp_path, arg, line):
+  out = subprocess.run([sys.executable, "-m", "lasp_jax.tools.inspect", "--config=configs/tiny.py", arg,
+                        f"--out={tmp_path / 'views.png'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2 and out.stderr.strip().startswith(line) and len(out.stderr.strip().splitlines()) == 1
+  assert not (tmp_path / "views.png").exists()
+
+
 def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
   src = tmp_path / "cifar-10-batches-bin"
   src.mkdir()

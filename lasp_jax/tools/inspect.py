@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,8 +14,9 @@ from absl import app, flags
 from ml_collections import config_flags
 from PIL import Image
 
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 from lasp_jax.data import augment
+from lasp_jax.errors import LaspError
 from lasp_jax.method import memory as memory_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -64,9 +67,13 @@ def view_grid(config, dataset, stream, pairs: int) -> Image.Image:
 def main(argv):
   del argv
   from lasp_jax.data import streams  # noqa: PLC0415  (jax: after flag parsing)
-  config = _CONFIG.value
-  config_lib.validate(config)
-  dataset, stream = streams.load(config)
+  try:
+    config = _CONFIG.value
+    config_lib.validate(config)
+    dataset, stream = streams.load(config)
+  except (LaspError, OSError, ImportError, SyntaxError, AttributeError) as e:  # a bad config or missing data
+    print(f"error: {errors.one_line(e)}", file=sys.stderr)
+    sys.exit(2)
   print(describe(config, stream))
   view_grid(config, dataset, stream, _PAIRS.value).save(_OUT.value)
   print(f"augmented view pairs: {_OUT.value}")
@@ -74,4 +81,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

@@ -24,7 +24,7 @@ from ml_collections import config_flags
 from lasp_jax import config_lib, train
 from lasp_jax.errors import LaspError
 from lasp_jax.eval import baselines, evaluators
-from lasp_jax.loop import boundary, context
+from lasp_jax.loop import boundary, epochs
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 
@@ -36,7 +36,7 @@ def raw_pixels(config) -> dict:
     ctx, carry = train.build(cfg, workdir)
     last = ctx.stream.num_tasks - 1
     for t in range(1, last + 1):
-      carry.rs.segment.passes.append([t - 1, context.slot(ctx, carry, t - 1)])
+      epochs.join_segment(ctx, carry, t - 1)
       boundary.open_segment(ctx, carry, t)  # the memory update alone: finetune distills nothing
     inputs = train.readout_inputs(ctx, carry)
     return {"raw_pixels": evaluators.raw_pixels(inputs, last, evaluators.probe_data(inputs, last))}

@@ -21,7 +21,7 @@ import tqdm
 from lasp_jax import config_lib, provenance, report
 from lasp_jax.eval import evaluators
 from lasp_jax.loop import checkpoint, context, epochs
-from lasp_jax.loop.context import Carry, Context, data_mesh  # noqa: F401  (data_mesh: the public name)
+from lasp_jax.loop.context import Carry, Context
 from lasp_jax.platform import clock
 
 
@@ -95,11 +95,15 @@ def evaluate_task(ctx: Context, carry: Carry, t: int) -> None:
   """The read-out ``eval.probe`` names after task t; after the last, the raw-pixel baseline (its own timing
   phase, ``baselines_s``: ``probe_s`` is the work the published code also does) and ``eval.final_readouts``."""
   rs, inputs = carry.rs, readout_inputs(ctx, carry)
-  pd = context.timed(carry, "probe_s", evaluators.probe_data, inputs, t)
-  res = context.timed(carry, "probe_s", evaluators.EVALUATORS[ctx.config.eval.probe], inputs, t, pd)
+
+  def readout():  # the probe data (features) and the read-out on them: one phase, as the published code times it
+    pd = evaluators.probe_data(inputs, t)
+    return pd, evaluators.EVALUATORS[ctx.config.eval.probe](inputs, t, pd)
+
+  pd, res = context.timed(carry, "probe_s", readout)
   rs.record_readout(t, res)
-  for name, value in res.overall.items():
-    if carry.writer:
+  if carry.writer:
+    for name, value in res.overall.items():
       carry.writer.add_scalar(f"probe/{name}", value, t)
   if t == ctx.stream.num_tasks - 1:
     if ctx.config.eval.raw_pixels:

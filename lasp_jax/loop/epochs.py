@@ -114,10 +114,15 @@ def before_epoch(ctx: Context, carry: Carry, t: int) -> None:
     embed = lambda index, domain: context.embed(ctx, carry, index, domain)
     if ctx.stream.new_segment(rs.detection, t, prog.epoch, step=rs.steps_done, embed=embed):
       context.timed(carry, "boundary_s", boundary.open_segment, ctx, carry, t)
-    key = [t, context.slot(ctx, carry, t)]
-    if key not in rs.segment.passes:
-      rs.segment.passes.append(key)
+    join_segment(ctx, carry, t)
     prog.boundary_done = True
+
+
+def join_segment(ctx: Context, carry: Carry, t: int) -> None:
+  """Task t's data (at its slot) joins the current segment's passes, once."""
+  key = [t, context.slot(ctx, carry, t)]
+  if key not in carry.rs.segment.passes:
+    carry.rs.segment.passes.append(key)
 
 
 def epoch_plan(ctx: Context, carry: Carry, t: int) -> EpochPlan:

@@ -20,6 +20,7 @@ COMPUTE_DTYPES = ("float32", "bfloat16")                          # models.py: a
 WARMUP_TARGETS = ("task", "published")                            # train_state.py
 RESUME = ("auto", "force", "never")                               # checkpoint.may_resume
 PROBES = ("sgd", "lbfgs")                                         # evaluators.EVALUATORS
+WINOGRAD = (0, 2, 4)                                              # model.winograd: off, F(2x2, 3x3), F(4x4, 3x3)
 MODELS = ("resnet18", "mnistnet")                                 # models.build_model
 BOUNDARIES = ("given", "detected")                                # data/streams.py: TaskFree when detected
 DETECTORS = ("auto", "novelty", "shift")                          # detectors.py

@@ -65,6 +65,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _choice("model.name", config.model.name, choices.MODELS)
   _choice("model.conv_backward", config.model.conv_backward, cpu_kernels.CONV_BACKWARD)
   _choice("model.cpu_convs", config.model.cpu_convs, cpu_kernels.CONVS)
+  _choice("model.winograd", config.model.winograd, choices.WINOGRAD)
   _choice("boundaries", config.boundaries, choices.BOUNDARIES)
   _choice("detection.detector", config.detection.detector, choices.DETECTORS)
   _at_least("detection.window", config.detection.window, 2)
@@ -226,7 +227,7 @@ def _matters(key: str) -> bool:
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
 LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
               "lasp.subset": "searched", "train.tail_multiple": 0, "data.validation_per_class": 0,
-              "eval.decay_epochs": [], "eval.final_readouts": []}  # flat() gives tuples as lists
+              "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0}  # flat() gives tuples as lists
 
 
 def _value(d: dict, key: str):

@@ -53,6 +53,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.head_center = False     # subtract the batch mean from the head's output (models.Center)
   # conv gradients: auto (per net on CPU) | matmul (im2col) | conv (forward convs) | xla
   c.model.conv_backward = "auto"
+  c.model.winograd = 0           # 0 | 2 | 4: 3x3 stride-1 convolutions as Winograd F(m x m, 3 x 3) (winograd.py)
   c.model.cpu_convs = "auto"      # auto | ynnpack | xla: XLA:CPU convolution kernels, train step (cpu_kernels.py)
   c.model.past_bn = "batch"      # past model BN: batch (train-mode stats, Co2L) | running (eval mode, LASP release)
   c.model.bn_groups = 1          # BN batch statistics per contiguous 1/G of the batch (2 = view by view, as the

@@ -172,7 +172,7 @@ def _one_channel_conv(x, k, padding):
   return y.reshape(n, ho, wo, o)
 
 
-def _plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw) -> bool:
+def plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw) -> bool:
   """Undilated, ungrouped NHWC/HWIO with explicit padding: what the custom gradients handle."""
   return (lhs_dilation in (None, (1, 1)) and rhs_dilation in (None, (1, 1)) and feature_group_count == 1
           and not isinstance(padding, str) and not kw
@@ -191,7 +191,7 @@ def _custom_grad_conv(stride1_grads):
   """
   def conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
            dimension_numbers=None, feature_group_count=1, precision=None, **kw):
-    if not _plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw):
+    if not plain(lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, padding, kw):
       return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
                                       dimension_numbers, feature_group_count, precision=precision, **kw)
     strides, padding = tuple(window_strides), tuple(tuple(p) for p in padding)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from lasp_jax.method.losses import l2_normalize
 from lasp_jax.model.conv import conv_for_backend
+from lasp_jax.model import winograd
 from lasp_jax.platform import cpu_kernels
 
 Dtype = Any
@@ -313,6 +314,8 @@ def build_model(config) -> ContrastiveModel:
   m = config.model
   dtype = jnp.dtype(config.get("compute_dtype", "float32"))
   conv_fn = conv_for_backend(cpu_kernels.of_model(m).conv_backward)
+  if m.get("winograd", 0):
+    conv_fn = winograd.winograd_conv(m.winograd, conv_fn)
   if m.name == "resnet18":
     blocks = tuple(m.get("num_blocks", (2, 2, 2, 2)))
     widths = tuple(max(1, int(round(w * m.width))) for w in (64, 128, 256, 512))[:len(blocks)]

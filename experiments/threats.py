@@ -172,7 +172,9 @@ def table(rows, chosen) -> str:
            "Produced by `python -m experiments.threats --aggregate_only` (its docstring has the protocol). Mean (std)",
            "over seeds; `†k`: k runs flagged by a health check, included; paired differences by seed with a 95 %",
            "interval from the t distribution (n − 1 degrees of freedom). Test figures: Domain-IL per-angle on the",
-           "10,000 test digits at every domain's angle; validation: 1,000 held-out training digits, likewise.", ""]
+           "10,000 test digits at every domain's angle; validation: 1,000 held-out training digits, likewise.",
+           "A commit marked `*`: the clone it ran from had rewritten its own results files (its code was the",
+           "commit's).", ""]
   for grid in GRIDS:
     rs = [r for r in rows if r["grid"] == grid]
     if not rs:
@@ -217,6 +219,8 @@ def _differences(rows, grid, chosen) -> list[str]:
     co = {"lambda": "Co2L lambda1", "memory500": "Co2L lambda1",
           "tuned": f"Co2L lambda{lam(chosen.get('Co2L', (1,))[0])}" if chosen else None}[grid]
     pairs.append((sd, co, "centred", "centred"))
+    if grid == "lambda":  # SD at every other weight against Co2L at the study's, once two seeds pair
+      pairs += [(f"SD lambda{lam(w)}", co, "centred", "centred", 2) for w in LAMBDAS if w != 5]
     if grid == "lambda" and chosen:
       pairs.append((f"SD lambda{lam(chosen['SD'][0])}", f"Co2L lambda{lam(chosen['Co2L'][0])}", "centred",
                     "centred"))
@@ -224,10 +228,10 @@ def _differences(rows, grid, chosen) -> list[str]:
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
     pairs += [("SD onlypast", "finetune", "centred", "centred"), ("Co2L", "finetune", "centred", "centred")]
   body = []
-  for a, b, ha, hb in pairs:
+  for a, b, ha, hb, *least in pairs:
     for metric, name in (("m1", "test L-BFGS"), ("sgd", "test SGD probe"), ("lbfgs", "validation L-BFGS")):
       d = _paired(rows, grid, a, b, metric, ha, hb)
-      if d:
+      if len(d) >= (least[0] if least else 1):
         body.append([f"{a} − {b}", ha, name, *aggregate.interval_cell(d)])
   if not body:
     return []

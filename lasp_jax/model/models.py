@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from lasp_jax.method.losses import l2_normalize
-from lasp_jax.model.conv import conv_for_backend
 from lasp_jax.model import winograd
+from lasp_jax.model.conv import conv_for_backend
 from lasp_jax.platform import cpu_kernels
 
 Dtype = Any

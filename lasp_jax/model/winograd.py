@@ -12,12 +12,14 @@ transforms around two more sets of batched matmuls, so both gradients take the s
 ``MIN_CHANNELS`` input channels here; every other convolution keeps the conv function it had. The result
 differs from the direct convolution by rounding only; F(4x4)'s transforms (coefficients up to 8 and 1/24)
 round more than F(2x2)'s (tests/test_winograd.py measures both). Under bfloat16 the transforms run in float32.
+Off by default: on a 2-core AMD EPYC Zen 3 ResNet-18's train step is slower with either (BENCHMARKS.md, "Tried"):
+the transforms, as XLA:CPU fuses them, cost more than the multiplications saved.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from lasp_jax.model.conv import plain

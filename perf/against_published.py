@@ -40,17 +40,23 @@ from lasp_jax import errors, provenance, train
 from lasp_jax.data import sources
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
-_REFERENCE = flags.DEFINE_string("reference", "../shared/reference", "The reference folder (refrun.sh, LASP/).")
-_SCRATCH = flags.DEFINE_string("scratch", None, "Scratch folder: the runner's venv, data, runs and logs.")
-_TASKS = flags.DEFINE_integer("tasks", 10, "Domains (the paper: 20; the published SD finishes 10 in ~30 min).")
-_EPOCHS_FIRST = flags.DEFINE_integer("epochs_first", 100, "Epochs on task 0.")
-_EPOCHS = flags.DEFINE_integer("epochs", 20, "Epochs on every later domain.")
-_PROBE_EPOCHS = flags.DEFINE_integer("probe_epochs", 100, "The published probe's epochs.")
-_TEST_PER_CLASS = flags.DEFINE_integer("test_per_class", 100, "Test digits per class (the published probe tests "
-                                       "on them every epoch: ~8 s an epoch at 1,000 per class on 2 cores).")
-_METHODS = flags.DEFINE_list("methods", ["co2l", "sd"], "Published methods (co2l, sd, gm, sdgm).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of both sides (the published side's angles follow from it).")
-_OUT = flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+  """Defined only when run as a program (a test imports this module beside others with flags of these names)."""
+  flags.DEFINE_string("reference", "../shared/reference", "The reference folder (refrun.sh, LASP/).")
+  flags.DEFINE_string("scratch", None, "Scratch folder: the runner's venv, data, runs and logs.")
+  flags.DEFINE_integer("tasks", 10, "Domains (the paper: 20; the published SD finishes 10 in ~30 min).")
+  flags.DEFINE_integer("epochs_first", 100, "Epochs on task 0.")
+  flags.DEFINE_integer("epochs", 20, "Epochs on every later domain.")
+  flags.DEFINE_integer("probe_epochs", 100, "The published probe's epochs.")
+  flags.DEFINE_integer("test_per_class", 100, "Test digits per class (the published probe tests on them every "
+                       "epoch: ~8 s an epoch at 1,000 per class on 2 cores).")
+  flags.DEFINE_list("methods", ["co2l", "sd"], "Published methods (co2l, sd, gm, sdgm).")
+  flags.DEFINE_integer("seed", 0, "Seed of both sides (the published side's angles follow from it).")
+  flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
+
 
 TRAIN_PER_CLASS = 60  # configs/rmnist_cpu.py's digits
 
@@ -71,16 +77,16 @@ def write_idx(folder: pathlib.Path, test_per_class: int) -> None:
 
 def run_published(ref: pathlib.Path, scratch: pathlib.Path, idx: pathlib.Path) -> list[dict]:
   """The reference runner's R-MNIST runs (setup only where its venv is missing); its results.jsonl lines."""
-  env = {**os.environ, "RM_IDX_DIR": str(idx), "RM_TASKS": str(_TASKS.value), "SEED": str(_SEED.value),
-         "RM_START_EPOCH": str(_EPOCHS_FIRST.value), "RM_EPOCHS": str(_EPOCHS.value), "RM_BS": "512",
-         "RM_MEM": "200", "RM_PROBE_EPOCHS": str(_PROBE_EPOCHS.value), "METHODS": " ".join(_METHODS.value),
+  env = {**os.environ, "RM_IDX_DIR": str(idx), "RM_TASKS": str(FLAGS.tasks), "SEED": str(FLAGS.seed),
+         "RM_START_EPOCH": str(FLAGS.epochs_first), "RM_EPOCHS": str(FLAGS.epochs), "RM_BS": "512",
+         "RM_MEM": "200", "RM_PROBE_EPOCHS": str(FLAGS.probe_epochs), "METHODS": " ".join(FLAGS.methods),
          "PRINT_FREQ": "10"}
   results = scratch / "results.jsonl"
   results.unlink(missing_ok=True)
   runner = [str(ref / "refrun.sh"), str(ref / "LASP"), str(scratch)]
   subprocess.run(runner + ["setup,copy,data"], env=env, check=True, stdout=subprocess.DEVNULL)
   walls = {}
-  for m in _METHODS.value:
+  for m in FLAGS.methods:
     t0 = time.time()
     subprocess.run(runner + ["rmnist"], env={**env, "METHODS": m}, check=True, stdout=subprocess.DEVNULL)
     walls[m] = time.time() - t0
@@ -91,7 +97,7 @@ def run_published(ref: pathlib.Path, scratch: pathlib.Path, idx: pathlib.Path) -
 def run_lasp(line: dict, idx: pathlib.Path, workdir: pathlib.Path) -> dict:
   """lasp_jax on the published run's protocol and angles; its results.json plus the process-side wall time."""
   p = reference.protocol(line)
-  config = reference.lasp_config(p, reference.METHOD[line["method"]], _SEED.value, p["angles"], str(idx))
+  config = reference.lasp_config(p, reference.METHOD[line["method"]], FLAGS.seed, p["angles"], str(idx))
   shutil.rmtree(workdir, ignore_errors=True)
   t0 = time.time()
   res = train.train_and_evaluate(config, workdir)
@@ -137,26 +143,26 @@ def table(rows: list[dict]) -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  ref = pathlib.Path(_REFERENCE.value)
-  bad = sorted(set(_METHODS.value) - set(reference.METHOD))
+  ref = pathlib.Path(FLAGS.reference)
+  bad = sorted(set(FLAGS.methods) - set(reference.METHOD))
   problem = (f"--reference={ref} has no refrun.sh and LASP/ (the published code and its runner)"
              if not (ref / "refrun.sh").is_file() or not (ref / "LASP").is_dir() else
-             "--scratch is required (the runner's venv, data and runs go there)" if not _SCRATCH.value else
+             "--scratch is required (the runner's venv, data and runs go there)" if not FLAGS.scratch else
              f"unknown --methods {', '.join(bad)}; expected some of {', '.join(reference.METHOD)}" if bad else None)
   if problem:
     print(f"error: {problem}", file=sys.stderr)
     sys.exit(2)
-  scratch = pathlib.Path(_SCRATCH.value).resolve()
+  scratch = pathlib.Path(FLAGS.scratch).resolve()
   idx = scratch / "idx_d600"
-  write_idx(idx, _TEST_PER_CLASS.value)
+  write_idx(idx, FLAGS.test_per_class)
   published = run_published(ref.resolve(), scratch, idx)
   # No persistent compilation cache (off unless a flag turns it on): a cold start, compiles in its time.
   with tempfile.TemporaryDirectory(dir=scratch) as runs:
     rows = [row(l["method"], l, run_lasp(l, idx, pathlib.Path(runs) / l["method"])) for l in published]
   text = table(rows)
   print(text)
-  if _OUT.value:
-    out = pathlib.Path(_OUT.value)
+  if FLAGS.out:
+    out = pathlib.Path(FLAGS.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "race.json", {"rows": rows, "published_env": published[0]["env"],
                                           "provenance": provenance.provenance(), "command": " ".join(sys.argv)})
@@ -164,4 +170,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main, flags_parser=lambda argv: errors.parse_flags(argv, __doc__))

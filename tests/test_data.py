@@ -1,6 +1,5 @@
 """Sources, streams and replay memory."""
 
-import gzip
 import math
 import pathlib
 import pickle
@@ -33,21 +32,25 @@ def test_mnist5k_is_the_real_bundled_digits():
   assert not np.array_equal(d.test_images, other.test_images)
 
 
-def _write_idx(path, arr, gz=False):
-  header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in arr.shape)
-  data = header + arr.astype(np.uint8).tobytes()
-  (gzip.open if gz else open)(path, "wb").write(data)
-
-
 def _fake_mnist(tmp_path, gz=False):
   rng = np.random.default_rng(0)
   sfx = ".gz" if gz else ""
   tr, te = rng.integers(0, 256, (12, 28, 28)), rng.integers(0, 256, (6, 28, 28))
-  _write_idx(tmp_path / f"train-images-idx3-ubyte{sfx}", tr, gz)
-  _write_idx(tmp_path / f"train-labels-idx1-ubyte{sfx}", np.arange(12) % 10, gz)
-  _write_idx(tmp_path / f"t10k-images-idx3-ubyte{sfx}", te, gz)
-  _write_idx(tmp_path / f"t10k-labels-idx1-ubyte{sfx}", np.arange(6) % 10, gz)
+  sources.write_idx(tmp_path / f"train-images-idx3-ubyte{sfx}", tr)
+  sources.write_idx(tmp_path / f"train-labels-idx1-ubyte{sfx}", np.arange(12) % 10)
+  sources.write_idx(tmp_path / f"t10k-images-idx3-ubyte{sfx}", te)
+  sources.write_idx(tmp_path / f"t10k-labels-idx1-ubyte{sfx}", np.arange(6) % 10)
   return tr
+
+
+def test_a_dataset_written_as_mnist_idx_reads_back_unchanged(tmp_path):
+  rng = np.random.default_rng(0)
+  d = sources.ArrayDataset("mnist", rng.integers(0, 256, (12, 28, 28, 1), dtype=np.uint8), np.arange(12) % 10,
+                           rng.integers(0, 256, (6, 28, 28, 1), dtype=np.uint8), np.arange(6) % 10, 10)
+  sources.write_mnist_idx(tmp_path, d)
+  back = sources.load_dataset("mnist", data_dir=str(tmp_path), source="idx")
+  for k in ("train_images", "train_labels", "test_images", "test_labels"):
+    np.testing.assert_array_equal(getattr(back, k), getattr(d, k), err_msg=k)
 
 
 @pytest.mark.parametrize("gz", [False, True])

@@ -178,6 +178,22 @@ MNIST_IDX = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-l
              "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 
 
+def write_idx(path: pathlib.Path, arr: np.ndarray) -> None:
+  """``arr`` as an unsigned-byte IDX file (gzipped when the name ends in .gz): what ``_read_idx`` reads."""
+  header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in arr.shape)
+  with (gzip.open if pathlib.Path(path).suffix == ".gz" else open)(path, "wb") as f:
+    f.write(header + np.ascontiguousarray(arr, np.uint8).tobytes())
+
+
+def write_mnist_idx(folder: pathlib.Path, data: ArrayDataset, suffix: str = ".gz") -> None:
+  """A grey-scale dataset as the four MNIST IDX files (``data.source=idx`` and torchvision's MNIST read them)."""
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  for key, stem in MNIST_IDX.items():
+    arr = getattr(data, key)
+    write_idx(folder / (stem + suffix), arr[..., 0] if arr.ndim == 4 else arr)
+
+
 def _find_idx(data_dir: pathlib.Path, stem: str) -> pathlib.Path | None:
   for base in (data_dir, data_dir / "mnist", data_dir / "MNIST" / "raw"):
     for suffix in ("", ".gz"):

@@ -140,7 +140,8 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   steps = threats.cells("paper_steps", range(3))
   assert sum(c.label in ("finetune", "joint") for c in steps) == 2  # the bounds: seed 0 only
   p = steps[0].config()
-  assert (p.data.train_per_class, p.data.num_tasks, p.train.epochs_first, p.train.epochs) == (6000, 5, 20, 20)
+  # per class 0: every training digit but the validation digits
+  assert (p.data.train_per_class, p.data.num_tasks, p.train.epochs_first, p.train.epochs) == (0, 5, 20, 20)
 
 
 def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():

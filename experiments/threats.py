@@ -224,7 +224,7 @@ def _differences(rows, grid, chosen) -> list[str]:
     pairs.append((sd, co, "centred", "centred"))
     if grid == "lambda":  # SD at every other weight against Co2L at the study's, once two seeds pair
       pairs += [(f"SD lambda{lam(w)}", co, "centred", "centred", 2) for w in LAMBDAS if w != 5]
-    if grid == "lambda" and {"SD", "Co2L"} <= set(chosen):  # one method's grid may be whole before the other's
+    if grid == "lambda" and set(METHODS) <= set(chosen):  # one method's grid may be whole before the other's
       pairs.append((f"SD lambda{lam(chosen['SD'][0])}", f"Co2L lambda{lam(chosen['Co2L'][0])}", "centred",
                     "centred"))
   if grid == "paper_steps":

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+from perf import against_published
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 # The augmentation section runs (quick shapes); the projection section then dies as a killed run would.
@@ -47,7 +49,6 @@ def test_the_race_against_the_published_code_refuses_a_missing_reference_in_one_
 
 def test_the_race_rows_divide_each_sides_own_times():
   """Hand values: 2 tasks of 3 + 2 epochs; the published side's train time is the sum of its epochs."""
-  from perf import against_published  # noqa: PLC0415  (absl flags defined on import: only in this test)
   pub = {"probe_best_acc": 90.0, "runner_wall_s": 300.0, "repr_process_s": 200.0, "probe_process_s": 90.0,
          "tasks": [{"epochs_s": [10.0, 10.0, 10.0]}, {"epochs_s": [20.0, 20.0]}], "mask_search_s_total": 50.0}
   res = {"protocol": {"num_tasks": 2, "epochs_first": 3, "epochs": 2}, "final": {"domain_il": 91.0},

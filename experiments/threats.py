@@ -17,7 +17,7 @@ Grids:
                lambda is the one with the best mean L-BFGS validation accuracy (a lambda with a diverged seed is
                never chosen); the test digits play no part (``choose``).
   tuned        d2500: SD and Co2L, each at the lambda the ``lambda`` grid chose for it, seeds 0-2, on the test
-               digits.
+               digits (a method runs once its own lambda grid is whole).
   memory500    d600: SD (lambda 5) and Co2L (lambda 1) with a replay memory of 500, seeds 0-2.
   sdgm         d600: SD+GM (lambda 5, searched on onlycurrent), seeds 0-2.
   paper_steps  every training digit but the validation digits (59,000 per domain), 5 domains, 20 epochs on
@@ -280,11 +280,17 @@ def gm_boundary(res: dict) -> str:
 def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
   chosen = None
   if grid == "tuned":
+    # Each method's choice reads its own lambda cells only, so a method whose grid is whole runs its tuned cells
+    # while the other's grid finishes.
     chosen = {m: w for m, (w, _) in choose(finished(out)).items()}
-    if len(chosen) < len(METHODS):
-      print("error: --grids=tuned needs the whole lambda grid (every lambda, the same seeds) finished first",
+    if not chosen:
+      print("error: --grids=tuned needs a method's whole lambda grid (every lambda, the same seeds) finished first",
             file=sys.stderr)
       sys.exit(2)
+    waiting = [m for m in METHODS if m not in chosen]
+    if waiting:
+      print(f"tuned: {', '.join(waiting)} not chosen yet (its lambda grid is not whole); running "
+            f"{', '.join(f'{m} at lambda {lam(w)}' for m, w in chosen.items())}", flush=True)
   for cell in cells(grid, seeds, chosen):
     if labels and cell.label not in labels:
       continue

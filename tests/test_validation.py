@@ -162,6 +162,25 @@ def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
   assert "| SD | 5 |" in text and not any(l.startswith("| Co2L | ") for l in text.splitlines())
 
 
+def test_threats_tuned_grid_runs_each_method_once_its_own_grid_is_whole(tmp_path, monkeypatch, capsys):
+  # SD's lambda grid whole, Co2L's not: only SD's tuned cells run, at SD's choice; with neither whole, exit 2.
+  ran = []
+  monkeypatch.setattr(threats, "finished", lambda out, **kw: [])
+  monkeypatch.setattr(threats, "report", lambda out: {})
+  monkeypatch.setattr(threats.runner, "run_or_skip", lambda wd, config: ran.append((wd.name, config)) or {})
+  monkeypatch.setattr(threats, "row_of", lambda cell, res: {"m1": None, "validation": None, "sgd": None,
+                                                             "flags": [], "train_s": None})
+  monkeypatch.setattr(threats, "choose", lambda rows: {"SD": (0.5, {0.5: 84.0})})
+  threats.run_grid(tmp_path, "tuned", range(2))
+  assert [name for name, _ in ran] == ["SD_lambda0.5_s0", "SD_lambda0.5_s1"]
+  assert all(config_lib.ird_weight(c) == 0.5 and c.data.train_per_class == 250 for _, c in ran)
+  assert "Co2L not chosen yet" in capsys.readouterr().out
+  monkeypatch.setattr(threats, "choose", lambda rows: {})
+  with pytest.raises(SystemExit) as e:
+    threats.run_grid(tmp_path, "tuned", range(2))
+  assert e.value.code == 2
+
+
 def test_threats_bad_flags_are_one_line_and_exit_2():
   import subprocess  # noqa: PLC0415
   import sys  # noqa: PLC0415

@@ -173,8 +173,9 @@ def _paired(rows, grid, a, b, metric, head_a="centred", head_b="centred"):
 def table(rows, chosen) -> str:
   lines = ["# The verdict's threats", "",
            "Produced by `python -m experiments.threats --aggregate_only` (its docstring has the protocol). Mean (std)",
-           "over seeds; `†k`: k runs flagged by a health check, included; paired differences by seed with a 95 %",
-           "interval from the t distribution (n − 1 degrees of freedom). Test figures: Domain-IL per-angle on the",
+           "over seeds; `†k`: k runs flagged by a health check, included (the last column: the unflagged runs alone,",
+           "their number in brackets); paired differences by seed with a 95 % interval from the t distribution",
+           "(n − 1 degrees of freedom). Test figures: Domain-IL per-angle on the",
            "10,000 test digits at every domain's angle; validation: 1,000 held-out training digits, likewise.",
            "A commit marked `*`: the clone it ran from had rewritten its own results files (its code was the",
            "commit's).", ""]
@@ -188,11 +189,13 @@ def table(rows, chosen) -> str:
       c = _cell_rows(rs, grid, label, head)
       flagged = sum(bool(r["flags"]) for r in c)
       val = lambda k, c=c: _ms((r["validation"] or {}).get(k) for r in c)
+      clean = [r["m1"] for r in c if not r["flags"]]  # the flagged runs counted apart
       body.append([f"{label}{f' †{flagged}' if flagged else ''}", head, len(c), val("lbfgs"), val("sgd"),
-                   *(_ms(r[k] for r in c) for k in ("m1", "sgd", "m2", "raw_pixels"))])
+                   *(_ms(r[k] for r in c) for k in ("m1", "sgd", "m2", "raw_pixels")),
+                   (f"{_ms(clean)} ({len(clean)})" if clean else "none") if flagged else "as all"])
     lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
-                                        "raw pixels"], body), ""]
+                                        "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
     lines += _differences(rs, grid, chosen)
   if chosen:
     lines += ["## The choice (validation only)", "",

@@ -156,6 +156,10 @@ def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
   assert "| SD | 5 | 70.50 | 71.00 | 72.00 | 75.00 |" in text  # validation means at 0.5, 1, 2, 5
   # SD at 5 − Co2L at 1: test (85 + s) − (86 + s) = −1 in every seed
   assert "| SD lambda5 − Co2L lambda1 | centred | test L-BFGS | 3 | -1.00 [-1.00, -1.00] | below" in text
+  # A flagged run is counted apart in the last column: Co2L at 5 without its seed 2, (90 + 91) / 2.
+  flagged = [dict(r, flags=["grad_vanished"]) if (r["method"], r["seed"]) == ("Co2L lambda5", 2) else r for r in rows]
+  line = next(l for l in threats.table(flagged, chosen).splitlines() if l.startswith("| Co2L lambda5 †1 |"))
+  assert line.endswith("| 90.50 (0.71) (2) |") and "| SD lambda5 | centred | 3 |" in text and "| as all |" in text
   # SD's grid whole before Co2L's: SD's choice is reported, no tuned pair is formed yet.
   partial = [r for r in rows if not (r["method"] == "Co2L lambda5" and r["seed"] == 2)]
   text = threats.table(partial, threats.choose(partial))

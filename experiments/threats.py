@@ -175,8 +175,8 @@ def table(rows, chosen) -> str:
            "Produced by `python -m experiments.threats --aggregate_only` (its docstring has the protocol). Mean (std)",
            "over seeds; `†k`: k runs flagged by a health check, included (the last column: the unflagged runs alone,",
            "their number in brackets); paired differences by seed with a 95 % interval from the t distribution",
-           "(n − 1 degrees of freedom). Test figures: Domain-IL per-angle on the",
-           "10,000 test digits at every domain's angle; validation: 1,000 held-out training digits, likewise.",
+           "(n − 1 degrees of freedom). Test figures: Domain-IL per-angle on the 10,000 test digits at every",
+           "domain's angle; validation: 1,000 held-out training digits, likewise.",
            "A commit marked `*`: the clone it ran from had rewritten its own results files (its code was the",
            "commit's).", ""]
   for grid in GRIDS:

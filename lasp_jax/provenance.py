@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import os
 import pathlib
 import platform
 import socket
@@ -52,10 +53,12 @@ def _static() -> dict:
   return {"git_commit": commit, "git_dirty": None if status is None else bool(status),
           "jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
           "platform": devices[0].platform, "device_kind": devices[0].device_kind, "device_count": len(devices),
-          "cpu": cpu_model(), "host": socket.gethostname()}
+          "cpu": cpu_model(), "host": socket.gethostname(),
+          # XLA:CPU's thread count and instruction set change float summation order, hence a run's digits.
+          "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
 def provenance() -> dict:
   """git commit and dirty flag (None outside a checkout), jax/jaxlib versions, device kind and count, host CPU
-  and host name, and the UTC date and time of the call (a results file says when it was written)."""
+  and host name, the XLA_FLAGS the process ran under, and the UTC date and time of the call (a results file says when it was written)."""
   return {**_static(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

@@ -1,4 +1,6 @@
-"""Where a number came from: the host CPU line that CPU figures carry."""
+"""Where a number came from: the host CPU line that CPU figures carry, the XLA flags a run ran under."""
+
+import os
 
 from lasp_jax import provenance
 
@@ -23,3 +25,8 @@ def test_cpu_model_names_the_family_and_the_widest_simd():
 
 def test_results_provenance_carries_the_cpu():
   assert provenance.provenance()["cpu"] == provenance.cpu_model()
+
+
+def test_provenance_names_the_xla_flags_the_process_runs_under():
+  # conftest sets the single-thread Eigen flag in xdist workers: a flag that changes a run's float path.
+  assert provenance.provenance()["xla_flags"] == os.environ.get("XLA_FLAGS", "")

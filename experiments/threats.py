@@ -14,8 +14,8 @@ digits are the study's own, so a cell at the study's settings repeats its run), 
 
 Grids:
   lambda       d600: SD (searched on onlycurrent) and Co2L at lambda in {0.5, 1, 2, 5}, seeds 0-2. Each method's
-               lambda is the one with the best mean L-BFGS validation accuracy (a lambda with a diverged seed is
-               never chosen); the test digits play no part (``choose``).
+               lambda is the one with the best mean L-BFGS validation accuracy (a lambda with a diverged or
+               flagged seed is never chosen); the test digits play no part (``choose``).
   tuned        d2500: SD and Co2L, each at the lambda the ``lambda`` grid chose for it, seeds 0-2, on the test
                digits (a method runs once its own lambda grid is whole).
   memory500    d600: SD (lambda 5) and Co2L (lambda 1) with a replay memory of 500, seeds 0-2.
@@ -143,8 +143,9 @@ def finished(out: pathlib.Path, seeds=range(10), chosen=None) -> list[dict]:
 
 def choose(rows, readout: str = "lbfgs") -> dict:
   """method -> (lambda, {lambda: mean validation accuracy}) from the ``lambda`` grid's rows: the best mean over
-  seeds of the validation accuracy; a lambda with a diverged seed is out, and every lambda needs the same seeds
-  as the others. Reads no test figure."""
+  seeds of the validation accuracy among the lambdas whose every seed finished healthy. A lambda with a diverged or
+  flagged (collapsed) seed is never chosen; its mean is over its healthy seeds only (a collapse is counted apart,
+  never averaged in). Every lambda needs the same seeds as the others. Reads no test figure."""
   out = {}
   for method in METHODS:
     cells = {w: [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
@@ -152,10 +153,11 @@ def choose(rows, readout: str = "lbfgs") -> dict:
     seeds = {w: sorted(r["seed"] for r in rs) for w, rs in cells.items()}
     if not all(seeds.values()) or any(s != seeds[LAMBDAS[0]] for s in seeds.values()):
       continue  # the grid is not whole yet
-    means = {w: aggregate.mean_std(r["validation"][readout] for r in rs)[0] for w, rs in cells.items()
-             if all(r["validation"] is not None for r in rs)}
-    if means:
-      out[method] = (max(means, key=means.get), means)
+    healthy = {w: [r for r in rs if r["validation"] is not None and not r.get("flags")] for w, rs in cells.items()}
+    means = {w: aggregate.mean_std(r["validation"][readout] for r in rs)[0] for w, rs in healthy.items() if rs}
+    eligible = [w for w in means if len(healthy[w]) == len(cells[w])]
+    if eligible:
+      out[method] = (max(eligible, key=means.get), means)
   return out
 
 
@@ -200,7 +202,7 @@ def table(rows, chosen) -> str:
   if chosen:
     lines += ["## The choice (validation only)", "",
               aggregate.markdown_table(["method", "chosen lambda", *(f"validation at {lam(w)}" for w in LAMBDAS)],
-                                       [[m, lam(w), *(f"{means[x]:.2f}" if x in means else "diverged" for x in LAMBDAS)]
+                                       [[m, lam(w), *(_choice_cell(rows, m, x, means) for x in LAMBDAS)]
                                         for m, (w, means) in chosen.items()]), ""]
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
@@ -209,6 +211,15 @@ def table(rows, chosen) -> str:
         studies.num(r["m1"]), studies.num(r["sgd"]), studies.health_cell(r),
         studies.num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
+
+
+def _choice_cell(rows, method, weight, means) -> str:
+  """A lambda's mean validation accuracy in the choice table; its flagged or diverged seeds, which rule it out,
+  named beside the mean of the healthy ones."""
+  rs = _cell_rows(rows, "lambda", lambda_variant(method, weight).label)
+  out = sum(r["validation"] is None or bool(r.get("flags")) for r in rs)
+  mean = f"{means[weight]:.2f}" if weight in means else "–"
+  return f"{mean} (†{out} of {len(rs)}: not eligible)" if out else mean
 
 
 def _ms(values) -> str:

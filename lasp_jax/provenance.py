@@ -60,5 +60,6 @@ def _static() -> dict:
 
 def provenance() -> dict:
   """git commit and dirty flag (None outside a checkout), jax/jaxlib versions, device kind and count, host CPU
-  and host name, the XLA_FLAGS the process ran under, and the UTC date and time of the call (a results file says when it was written)."""
+  and host name, the XLA_FLAGS the process ran under, and the UTC date and time of the call (a results file says
+  when it was written)."""
   return {**_static(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}

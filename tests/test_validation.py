@@ -98,6 +98,12 @@ def test_the_lambda_is_chosen_on_validation_accuracy_and_never_on_test_accuracy(
   diverged = [_row(r["method"], r["seed"], 0, 0, failed=True) if r["method"] == "SD lambda2" and r["seed"] == 1
               else r for r in rows]
   assert threats.choose(diverged)["SD"][0] == 5.0
+  # Likewise a lambda with a flagged (collapsed) seed: its mean is over its healthy seeds, and it is not chosen.
+  flagged = [dict(r, flags=["grad_vanished"]) if r["method"] == "SD lambda2" and r["seed"] == 1 else r for r in rows]
+  w, means = threats.choose(flagged)["SD"]
+  assert w == 5.0 and means[2.0] == pytest.approx(81.0)  # seeds 0 and 2: 80 and 82
+  assert threats._choice_cell(flagged, "SD", 2.0, means) == "81.00 (†1 of 3: not eligible)"
+  assert threats._choice_cell(flagged, "SD", 5.0, means) == "79.00"
   partial = [r for r in rows if r["method"] != "Co2L lambda5"]
   assert "Co2L" not in threats.choose(partial) and threats.choose(partial)["SD"][0] == 2.0
 

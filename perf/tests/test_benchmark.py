@@ -8,7 +8,7 @@ import sys
 
 from perf import against_published
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # The augmentation section runs (quick shapes); the projection section then dies as a killed run would.
 SCRIPT = """

@@ -67,12 +67,14 @@ def test_routes_only_plain_3x3_stride1_convolutions():
   calls = []
   fallback = lambda *a, **kw: calls.append(a[1].shape[:3]) or jax.lax.conv_general_dilated(*a, **kw)
   conv = winograd.winograd_conv(4, fallback)
-  x = jnp.ones((1, 8, 8, 16))
+  x = jax.ShapeDtypeStruct((1, 8, 8, 16), jnp.float32)
+  # Traced, not run: the routing happens at trace time (eager inits compiled one small program per op and shape).
+  init = lambda layer, x: jax.eval_shape(layer.init, jax.random.PRNGKey(0), x)
   for kernel, stride, padding in (((3, 3), 2, 1), ((1, 1), 1, 0), ((3, 3), 1, 0)):
-    nn.Conv(4, kernel, stride, padding=padding, conv_general_dilated=conv).init(jax.random.PRNGKey(0), x)
-  nn.Conv(4, (3, 3), 1, padding=1, conv_general_dilated=conv).init(jax.random.PRNGKey(0), x[..., :3])  # 3 channels
+    init(nn.Conv(4, kernel, stride, padding=padding, conv_general_dilated=conv), x)
+  init(nn.Conv(4, (3, 3), 1, padding=1, conv_general_dilated=conv), x.update(shape=(1, 8, 8, 3)))  # 3 channels
   assert calls == [(3, 3, 16), (1, 1, 16), (3, 3, 16), (3, 3, 3)]
-  nn.Conv(4, (3, 3), 1, padding=1, conv_general_dilated=conv).init(jax.random.PRNGKey(0), x)
+  init(nn.Conv(4, (3, 3), 1, padding=1, conv_general_dilated=conv), x)
   assert len(calls) == 4  # this one took the Winograd path
 
 

@@ -141,6 +141,11 @@ def finished(out: pathlib.Path, seeds=range(10), chosen=None) -> list[dict]:
   return rows
 
 
+def _healthy(row) -> bool:
+  """A run the lambda choice may average: it finished (not diverged) and no health check flagged it."""
+  return row["validation"] is not None and not row.get("flags")
+
+
 def choose(rows, readout: str = "lbfgs") -> dict:
   """method -> (lambda, {lambda: mean validation accuracy}) from the ``lambda`` grid's rows: the best mean over
   seeds of the validation accuracy among the lambdas whose every seed finished healthy. A lambda with a diverged or
@@ -153,7 +158,7 @@ def choose(rows, readout: str = "lbfgs") -> dict:
     seeds = {w: sorted(r["seed"] for r in rs) for w, rs in cells.items()}
     if not all(seeds.values()) or any(s != seeds[LAMBDAS[0]] for s in seeds.values()):
       continue  # the grid is not whole yet
-    healthy = {w: [r for r in rs if r["validation"] is not None and not r.get("flags")] for w, rs in cells.items()}
+    healthy = {w: [r for r in rs if _healthy(r)] for w, rs in cells.items()}
     means = {w: aggregate.mean_std(r["validation"][readout] for r in rs)[0] for w, rs in healthy.items() if rs}
     eligible = [w for w in means if len(healthy[w]) == len(cells[w])]
     if eligible:
@@ -217,7 +222,7 @@ def _choice_cell(rows, method, weight, means) -> str:
   """A lambda's mean validation accuracy in the choice table; its flagged or diverged seeds, which rule it out,
   named beside the mean of the healthy ones."""
   rs = _cell_rows(rows, "lambda", lambda_variant(method, weight).label)
-  out = sum(r["validation"] is None or bool(r.get("flags")) for r in rs)
+  out = sum(not _healthy(r) for r in rs)
   mean = f"{means[weight]:.2f}" if weight in means else "–"
   return f"{mean} (†{out} of {len(rs)}: not eligible)" if out else mean
 

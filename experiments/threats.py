@@ -53,6 +53,10 @@ D600, D2500 = (next(p for p in EQUAL_HEADS_POINTS if p.name == n) for n in ("d60
 # per class 0: every training digit but the 100 per class that validate (59,000 a domain; MNIST's classes hold
 # 5,421-6,742, so a fixed 6,000 leaves no validation digits for some).
 PAPER_STEPS = Point("p60k", 0, 5, 20, 20, "published_epoch_cosine")
+# A paper_steps task trains 15-30 minutes on 2 cores and checkpoints only at its end by default: a checkpoint every 5
+# epochs (116 steps each) bounds what a lost machine costs. Resume-free (config_lib.RESUME_FREE_KEYS): no result
+# and no resume check changes with it.
+CHECKPOINT_EVERY = {"paper_steps": 5 * 116}
 
 
 def lam(x: float) -> str:
@@ -82,7 +86,8 @@ class Cell:
   def config(self):
     c = studies.equal_heads_config(self.point, self.variant, self.head, self.seed)
     c.unlock()
-    return config_lib.resolved(config_lib.override(c, **COMMON))
+    every = {"train.checkpoint_every_steps": CHECKPOINT_EVERY[self.grid]} if self.grid in CHECKPOINT_EVERY else {}
+    return config_lib.resolved(config_lib.override(c, **COMMON, **every))
 
 
 def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Variant]]:

@@ -148,6 +148,11 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   p = steps[0].config()
   # per class 0: every training digit but the validation digits
   assert (p.data.train_per_class, p.data.num_tasks, p.train.epochs_first, p.train.epochs) == (0, 5, 20, 20)
+  # Checkpoints every 5 epochs: a run started without them resumes under it (nothing that changes results differs).
+  assert p.train.checkpoint_every_steps == 580 and sd.train.checkpoint_every_steps == 0
+  without = config_lib.override(p, **{"train.checkpoint_every_steps": 0})
+  assert config_lib.differing_keys(config_lib.flat(without), config_lib.flat(p)) == []
+  assert config_lib.config_hash(without) == config_lib.config_hash(p)
 
 
 def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():

@@ -148,6 +148,10 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   p = steps[0].config()
   # per class 0: every training digit but the validation digits
   assert (p.data.train_per_class, p.data.num_tasks, p.train.epochs_first, p.train.epochs) == (0, 5, 20, 20)
+  # Rotated MNIST under the study's published per-epoch cosine, as every equal-heads point
+  assert (p.data.scenario, p.train.schedule) == ("domain", "published_epoch_cosine") == (
+      sd.data.scenario, sd.train.schedule)
+  assert threats.PAPER_STEPS.scenario == "domain"  # its figures: Domain-IL (studies.METRICS)
   # Checkpoints every 5 epochs: a run started without them resumes under it (nothing that changes results differs).
   assert p.train.checkpoint_every_steps == 580 and sd.train.checkpoint_every_steps == 0
   without = config_lib.override(p, **{"train.checkpoint_every_steps": 0})

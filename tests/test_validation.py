@@ -2,6 +2,7 @@
 and the paired t intervals every table reports."""
 
 import dataclasses
+import json
 import math
 import pathlib
 
@@ -13,7 +14,7 @@ from lasp_jax import config_lib
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
 from lasp_jax.eval import evaluators, metrics
-from tests.conftest import Run, two_tasks
+from tests.conftest import REPO, Run, two_tasks
 
 pytestmark = pytest.mark.xdist_group("train")
 
@@ -151,7 +152,12 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   # Rotated MNIST under the study's published per-epoch cosine, as every equal-heads point
   assert (p.data.scenario, p.train.schedule) == ("domain", "published_epoch_cosine") == (
       sd.data.scenario, sd.train.schedule)
-  assert threats.PAPER_STEPS.scenario == "domain"  # its figures: Domain-IL (studies.METRICS)
+  # Its row reads a finished Rotated MNIST run as every grid's does (a shipped lambda-grid run stands in).
+  res = json.loads((threats.cells("lambda", range(1))[0].workdir(REPO / "results" / "threats") / "results.json")
+                   .read_text())
+  row = threats.row_of(steps[0], res)
+  assert (row["m1"], row["sgd"], row["grid"], row["point"]) == (
+      res["final"]["domain_il"], res["readouts"]["sgd"]["overall"]["domain_il"], "paper_steps", "p60k")
   # Checkpoints every 5 epochs: a run started without them resumes under it (nothing that changes results differs).
   assert p.train.checkpoint_every_steps == 580 and sd.train.checkpoint_every_steps == 0
   without = config_lib.override(p, **{"train.checkpoint_every_steps": 0})

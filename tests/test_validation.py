@@ -14,6 +14,7 @@ from lasp_jax import config_lib
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
 from lasp_jax.eval import evaluators, metrics
+from lasp_jax.loop import steps as steps_lib
 from tests.conftest import REPO, Run, two_tasks
 
 pytestmark = pytest.mark.xdist_group("train")
@@ -158,8 +159,11 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   row = threats.row_of(steps[0], res)
   assert (row["m1"], row["sgd"], row["grid"], row["point"]) == (
       res["final"]["domain_il"], res["readouts"]["sgd"]["overall"]["domain_il"], "paper_steps", "p60k")
-  # Checkpoints every 5 epochs: a run started without them resumes under it (nothing that changes results differs).
-  assert p.train.checkpoint_every_steps == 580 and sd.train.checkpoint_every_steps == 0
+  # A checkpoint once an epoch (59,000 digits and the memory's 200 in batches of 512: 116 steps in chunks of 8), and a
+  # run started without them resumes under it (nothing that changes results differs).
+  chunks = [[0.1] * 8] * 14 + [[0.1] * 4]
+  due = [k for k in range(len(chunks) - 1) if steps_lib.checkpoint_due(chunks, k, p.train.checkpoint_every_steps)]
+  assert p.train.steps_per_call == 8 and due == [13] and sd.train.checkpoint_every_steps == 0
   without = config_lib.override(p, **{"train.checkpoint_every_steps": 0})
   assert config_lib.differing_keys(config_lib.flat(without), config_lib.flat(p)) == []
   assert config_lib.config_hash(without) == config_lib.config_hash(p)

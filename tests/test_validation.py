@@ -164,7 +164,8 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   chunks = [[0.1] * 8] * 14 + [[0.1] * 4]
   due = [k for k in range(len(chunks) - 1) if steps_lib.checkpoint_due(chunks, k, p.train.checkpoint_every_steps)]
   assert p.train.steps_per_call == 8 and due == [13] and sd.train.checkpoint_every_steps == 0
-  without = config_lib.override(p, **{"train.checkpoint_every_steps": 0})
+  without = config_lib.override(steps[0].config(), **{"train.checkpoint_every_steps": 0})  # (in place: a new one)
+  assert without.train.checkpoint_every_steps != p.train.checkpoint_every_steps
   assert config_lib.differing_keys(config_lib.flat(without), config_lib.flat(p)) == []
   assert config_lib.config_hash(without) == config_lib.config_hash(p)
 

@@ -26,6 +26,7 @@ class Point:
   domains: int
   epochs_first: int
   epochs: int
+  _: dataclasses.KW_ONLY  # both strings by name: a schedule given by position once landed in ``scenario``
   scenario: str = "domain"
   schedule: str = "step_cosine"
 
@@ -41,7 +42,7 @@ GAIN_POINTS = (Point("p1", 1000, 5, 2, 1), Point("p2", 2000, 5, 4, 2), Point("p3
           # Every digit, 5 epochs per later task: the published per-epoch cosine (as at paper scale) no longer
           # trains a task at the floor, and it kept SD stable where the per-step cosine did not (p2, p3).
           Point("p5", 6000, 5, 10, 5, schedule="published_epoch_cosine"),
-          Point("c1", 1000, 5, 10, 5, "class"), Point("c2", 6000, 5, 4, 2, "class"))
+          Point("c1", 1000, 5, 10, 5, scenario="class"), Point("c2", 6000, 5, 4, 2, scenario="class"))
 # The two figures of each scenario: (label, results key, "final" or "diag" = A[T][T]).
 METRICS = {"domain": (("per-angle", "domain_il", "final"), ("last-angle", "domain_il", "diag")),
            "class": (("Class-IL", "class_il", "final"), ("Task-IL", "task_il", "final"))}

@@ -93,7 +93,9 @@ def base_config() -> ml_collections.ConfigDict:
   # 0: an epoch's short last step runs padded to the batch (no second program); m > 0: at its rows rounded up to
   # a multiple of m (a second program; the same samples and augmentation, another float summation order)
   c.train.tail_multiple = 0
-  c.train.checkpoint_every_steps = 0  # 0: checkpoint at task boundaries only
+  # Also a checkpoint each time an epoch's own step count crosses a multiple of this (an epoch's last chunk
+  # excepted; a value past an epoch's steps never comes due); 0: at task boundaries only
+  c.train.checkpoint_every_steps = 0
 
   c.memory = ml_collections.ConfigDict()
   c.memory.size = 200

@@ -185,9 +185,11 @@ def num(v, digits: int = 2) -> str:
 
 
 def budget(p: Point) -> str:
-  per_task = 10 * p.per_class // (1 if p.scenario == "domain" else p.domains)
-  unit = "digits per domain" if p.scenario == "domain" else "digits per task"
+  where = "domain" if p.scenario == "domain" else "task"
+  # per_class 0: every training digit the validation split leaves (data.train_per_class)
+  size = f"{10 * p.per_class // (1 if where == 'domain' else p.domains):,} digits" if p.per_class else \
+      "every training digit"
   sched = "per-epoch cosine" if p.schedule == "published_epoch_cosine" else "per-step cosine"
-  return f"{per_task:,} {unit}, {p.domains} tasks, {p.epochs_first} + {p.domains - 1} × {p.epochs} epochs, {sched}"
+  return f"{size} per {where}, {p.domains} tasks, {p.epochs_first} + {p.domains - 1} × {p.epochs} epochs, {sched}"
 
 

@@ -187,8 +187,8 @@ def num(v, digits: int = 2) -> str:
 def budget(p: Point) -> str:
   where = "domain" if p.scenario == "domain" else "task"
   # per_class 0: every training digit the validation split leaves (data.train_per_class)
-  size = f"{10 * p.per_class // (1 if where == 'domain' else p.domains):,} digits" if p.per_class else \
-      "every training digit"
+  per_task = 10 * p.per_class // (1 if where == "domain" else p.domains)
+  size = f"{per_task:,} digits" if p.per_class else "every training digit"
   sched = "per-epoch cosine" if p.schedule == "published_epoch_cosine" else "per-step cosine"
   return f"{size} per {where}, {p.domains} tasks, {p.epochs_first} + {p.domains - 1} × {p.epochs} epochs, {sched}"
 

@@ -13,7 +13,10 @@ from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tas
 
 pytestmark = [pytest.mark.xdist_group("task_free"), pytest.mark.trajectory]
 
-DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False, "eval.every_task": False}
+# The centred head: the programs of experiments/gpu_queue.py's cells, which tests/test_experiments.py runs on the
+# tiny Domain-IL stream (the compilation cache serves whichever comes second).
+DOMAIN = {"data.scenario": "domain", "data.num_tasks": 3, "eval.raw_pixels": False, "eval.every_task": False,
+          "model.head_center": True}
 SAME = ("acc_matrix", "final", "curves", "health")
 
 
@@ -121,7 +124,10 @@ def test_label_novelty_fires_where_new_labels_arrive(scenario, fires_at):
 
 
 def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
-  over = {"data.num_tasks": 5, "eval.raw_pixels": False, "eval.every_task": False}
+  # One epoch a task: 5 passes fit the detected run's slot table of 8, the given run's size (2 epochs: 10 passes, a
+  # table of 16 and two train programs more to compile); both then run test_train.py's 5-task programs.
+  over = {"data.num_tasks": 5, "train.epochs_first": 1, "train.epochs": 1, "eval.raw_pixels": False,
+          "eval.every_task": False}
   given = Run(tiny_config(**over), tmp_path / "given").run()
   got = Run(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()
   bd = got["boundary_detection"]
@@ -156,7 +162,8 @@ def test_a_detected_boundary_run_interrupted_mid_task_and_at_a_boundary_resumes_
 def test_a_checkpoint_from_before_segments_gets_the_segment_its_run_was_in(tmp_path, scenario):
   """Old checkpoints (no segments, slots or pass log) resume as the given-boundary run they were: the segment
   rebuilt from the progress equals the one the current code keeps, after task 0 and after task 1."""
-  run = Run(two_tasks(**{"data.scenario": scenario, "eval.raw_pixels": False}), tmp_path)
+  head = {"model.head_center": DOMAIN["model.head_center"]} if scenario == "domain" else {}  # DOMAIN's programs
+  run = Run(two_tasks(**{"data.scenario": scenario, "eval.raw_pixels": False, **head}), tmp_path)
   run.start()
   for t in range(2):
     run.run_task(t)

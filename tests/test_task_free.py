@@ -124,9 +124,10 @@ def test_label_novelty_fires_where_new_labels_arrive(scenario, fires_at):
 
 
 def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
-  # One epoch a task: 5 passes fit the detected run's slot table of 8, the given run's size (2 epochs: 10 passes, a
-  # table of 16 and two train programs more to compile); both then run test_train.py's 5-task programs.
-  over = {"data.num_tasks": 5, "train.epochs_first": 1, "train.epochs": 1, "eval.raw_pixels": False,
+  # 2 epochs on task 0 (its second pass must not fire), then 1 a task: 6 passes fit the detected run's slot table
+  # of 8, the given run's size (2 epochs a task: 10 passes, a table of 16 and two train programs more to compile);
+  # both then run test_train.py's 5-task programs.
+  over = {"data.num_tasks": 5, "train.epochs_first": 2, "train.epochs": 1, "eval.raw_pixels": False,
           "eval.every_task": False}
   given = Run(tiny_config(**over), tmp_path / "given").run()
   got = Run(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()

@@ -60,8 +60,9 @@ def summary(rows, durations: dict, longest: int = 40) -> list[str]:
   programs = collections.defaultdict(lambda: [0, 0.0])
   per_test = collections.defaultdict(float)
   for test, program, s in rows:
-    bins[_bin(s)][0] += 1
-    bins[_bin(s)][1] += s
+    b = bins[_bin(s)]
+    b[0] += 1
+    b[1] += s
     if s > 1:
       programs[program][0] += 1
       programs[program][1] += s

@@ -124,13 +124,12 @@ def test_label_novelty_fires_where_new_labels_arrive(scenario, fires_at):
 
 
 def test_class_il_detected_by_label_novelty_equals_the_given_run(tmp_path):
-  # 2 epochs on task 0 (its second pass must not fire), then 1 a task: 6 passes fit the detected run's slot table
-  # of 8, the given run's size (2 epochs a task: 10 passes, a table of 16 and two train programs more to compile);
-  # both then run test_train.py's 5-task programs.
-  over = {"data.num_tasks": 5, "train.epochs_first": 2, "train.epochs": 1, "eval.raw_pixels": False,
-          "eval.every_task": False}
-  given = Run(tiny_config(**over), tmp_path / "given").run()
-  got = Run(tiny_config(**over, boundaries="detected"), tmp_path / "detected").run()
+  # two_tasks' epochs, 2 on task 0 (its second pass must not fire) then 1 a task: 6 passes fit the detected run's
+  # slot table of 8, the given run's size (2 epochs a task: 10 passes, a table of 16 and two train programs more
+  # to compile); both then run test_train.py's 5-task programs.
+  over = {"data.num_tasks": 5, "eval.raw_pixels": False, "eval.every_task": False}
+  given = Run(two_tasks(**over), tmp_path / "given").run()
+  got = Run(two_tasks(**over, boundaries="detected"), tmp_path / "detected").run()
   bd = got["boundary_detection"]
   assert bd["detector"] == "novelty" and bd["precision"] == bd["recall"] == 1.0 and bd["detected"] == bd["true"]
   for k in SAME:

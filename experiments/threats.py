@@ -38,6 +38,7 @@ from absl import app, flags, logging
 from experiments import aggregate, runner, studies
 from experiments.studies import EQUAL_HEADS_POINTS, Point, Variant
 from lasp_jax import config_lib
+from lasp_jax.data import streams
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -210,6 +211,8 @@ def table(rows, chosen) -> str:
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
     lines += _differences(rs, grid, chosen)
+    if grid == "paper_steps":
+      lines += _by_domain(rs, grid)
   if chosen:
     lines += ["## The choice (validation only)", "",
               aggregate.markdown_table(["method", "chosen lambda", *(f"validation at {lam(w)}" for w in LAMBDAS)],
@@ -237,6 +240,24 @@ def _ms(values) -> str:
   """'mean (std)' over seeds; one seed's value alone (no spread to show)."""
   ms = aggregate.mean_std(values)
   return f"{ms[0]:.2f}" if ms[2] == 1 else aggregate.cell(ms)
+
+
+def _by_domain(rows, grid, a="SD onlypast", b="Co2L") -> list[str]:
+  """a − b on each domain's test digits (test L-BFGS after the last task), seed by seed: where a paired
+  difference comes from. Each seed draws its own angles, so a domain's index means another angle per seed."""
+  body = []
+  for head in ("centred", "published"):
+    A = {r["seed"]: r for r in _cell_rows(rows, grid, a, head) if r["m1"] is not None}
+    for r in _cell_rows(rows, grid, b, head):
+      if r["seed"] in A and r["m1"] is not None:
+        x, y = A[r["seed"]]["final_row"], r["final_row"]
+        angles = streams.rotation_angles(len(x), r["seed"])
+        body.append([head, r["seed"], ", ".join(f"{v:.1f}" for v in angles),
+                     ", ".join(f"{u - v:+.2f}" for u, v in zip(x, y)), f"{A[r['seed']]['m1'] - r['m1']:+.2f}"])
+  if not body:
+    return []
+  return ["### By domain", "", aggregate.markdown_table(
+      ["head", "seed", "angles (°), domains 0-4", f"{a} − {b} by domain (test L-BFGS)", "mean"], body), ""]
 
 
 def _differences(rows, grid, chosen) -> list[str]:

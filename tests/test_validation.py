@@ -192,6 +192,21 @@ def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
   assert "| SD | 5 |" in text and not any(l.startswith("| Co2L | ") for l in text.splitlines())
 
 
+def test_threats_paper_steps_table_splits_each_seeds_difference_by_domain():
+  def row(label, head, seed, final_row):
+    return {"grid": "paper_steps", "method": label, "head": head, "seed": seed, "m1": sum(final_row) / 5,
+            "m2": 99.0, "sgd": None, "validation": None, "flags": [], "raw_pixels": None, "train_s": 1.0,
+            "commit": "abc", "date": "2026-12-03", "point": "p60k", "final_row": final_row}
+  rows = [row("SD onlypast", "centred", 0, [90.0, 91.0, 92.0, 85.0, 99.0]),
+          row("Co2L", "centred", 0, [89.0, 91.5, 92.0, 80.0, 99.0]),
+          row("SD onlypast", "published", 1, [90.0] * 5)]  # no Co2L partner: no row
+  section = threats.table(rows, {}).split("### By domain")[1].split("##")[0]
+  # The run's own angles (seed 0's draw, as the stream makes it) beside the differences, and their mean
+  assert [l for l in section.splitlines() if l.startswith("| centred") or l.startswith("| published")] == [
+      "| centred | 0 | 112.7, 62.5, 86.1, 175.8, 6.7 | +1.00, -0.50, +0.00, +5.00, +0.00 | +1.10 |"]
+  assert list(streams.domain_incremental(_unique_dataset(), 5, 0).angles.round(1)) == [112.7, 62.5, 86.1, 175.8, 6.7]
+
+
 def test_threats_tuned_grid_runs_each_method_once_its_own_grid_is_whole(tmp_path, monkeypatch, capsys):
   # SD's lambda grid whole, Co2L's not: only SD's tuned cells run, at SD's choice; with neither whole, exit 2.
   ran = []

@@ -177,11 +177,17 @@ def _cell_rows(rows, grid, label, head="centred"):
   return [r for r in rows if (r["grid"], r["method"], r["head"]) == (grid, label, head)]
 
 
+def _pairs(rows, grid, a, b, head_a="centred", head_b="centred") -> list[tuple[dict, dict]]:
+  """(row of a, row of b) for every seed both ran, by seed."""
+  B = {r["seed"]: r for r in _cell_rows(rows, grid, b, head_b)}
+  return [(r, B[r["seed"]]) for r in sorted(_cell_rows(rows, grid, a, head_a), key=lambda r: r["seed"])
+          if r["seed"] in B]
+
+
 def _paired(rows, grid, a, b, metric, head_a="centred", head_b="centred"):
   key = lambda r: r[metric] if metric in ("m1", "m2", "sgd") else (r["validation"] or {}).get(metric)
-  A = {r["seed"]: key(r) for r in _cell_rows(rows, grid, a, head_a)}
-  B = {r["seed"]: key(r) for r in _cell_rows(rows, grid, b, head_b)}
-  return [A[s] - B[s] for s in sorted(A) if s in B and A[s] is not None and B[s] is not None]
+  return [key(x) - key(y) for x, y in _pairs(rows, grid, a, b, head_a, head_b)
+          if key(x) is not None and key(y) is not None]
 
 
 def table(rows, chosen) -> str:
@@ -245,19 +251,15 @@ def _ms(values) -> str:
 def _by_domain(rows, grid, a="SD onlypast", b="Co2L") -> list[str]:
   """a − b on each domain's test digits (test L-BFGS after the last task), seed by seed: where a paired
   difference comes from. Each seed draws its own angles, so a domain's index means another angle per seed."""
-  body = []
-  for head in ("centred", "published"):
-    A = {r["seed"]: r for r in _cell_rows(rows, grid, a, head) if r["m1"] is not None}
-    for r in _cell_rows(rows, grid, b, head):
-      if r["seed"] in A and r["m1"] is not None:
-        x, y = A[r["seed"]]["final_row"], r["final_row"]
-        angles = streams.rotation_angles(len(x), r["seed"])
-        body.append([head, r["seed"], ", ".join(f"{v:.1f}" for v in angles),
-                     ", ".join(f"{u - v:+.2f}" for u, v in zip(x, y)), f"{A[r['seed']]['m1'] - r['m1']:+.2f}"])
+  # The runs' own angles: a paper_steps cell sets none, so its stream draws them from its seed.
+  body = [[head, x["seed"], ", ".join(f"{v:.1f}" for v in streams.rotation_angles(len(x["final_row"]), x["seed"])),
+           ", ".join(f"{u - v:+.2f}" for u, v in zip(x["final_row"], y["final_row"])), f"{x['m1'] - y['m1']:+.2f}"]
+          for head in ("centred", "published") for x, y in _pairs(rows, grid, a, b, head, head)
+          if x["m1"] is not None and y["m1"] is not None]
   if not body:
     return []
   return ["### By domain", "", aggregate.markdown_table(
-      ["head", "seed", "angles (°), domains 0-4", f"{a} − {b} by domain (test L-BFGS)", "mean"], body), ""]
+      ["head", "seed", "angles (°) by domain", f"{a} − {b} by domain (test L-BFGS)", "mean"], body), ""]
 
 
 def _differences(rows, grid, chosen) -> list[str]:

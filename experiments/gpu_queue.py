@@ -250,15 +250,16 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
 
 
 def _batch_estimate(out: pathlib.Path, todo) -> float:
-  """One cell's expected time, times the batch size unless a batch of that size was measured (its ratio)."""
+  """One cell's expected time times the batch size, unless a whole batch of that size was measured: then one
+  cell's time times the measured ratio to a single run, or, with no single run measured, 1.25 x that batch."""
   if not todo:
     return 0.0
   one = max(expected_s(out, c) for c in todo)
   log = [b for b in _read(out / "queue_log.json", []) if b["ended"] == b["cells"]]
   singles = [b["wall_s"] for b in log if b["parallel"] == 1]
   batches = [b["wall_s"] for b in log if b["parallel"] == len(todo)]
-  if len(todo) > 1 and singles and batches:
-    return one * max(batches) / max(singles)
+  if len(todo) > 1 and batches:
+    return one * max(batches) / max(singles) if singles else 1.25 * max(batches)
   return one * len(todo)
 
 

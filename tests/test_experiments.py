@@ -252,9 +252,11 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("gm", 0)) == 1.25 * 120.0  # no GM run: any method's
   two = [gpu_queue.Cell("sd", 3), gpu_queue.Cell("co2l", 3)]
   assert gpu_queue._batch_estimate(tmp_path, two) == 2 * 150.0  # no batch of 2 measured: twice one run
-  (tmp_path / "queue_log.json").write_text(json.dumps(
-      [{"cells": ["a"], "ended": ["a"], "parallel": 1, "wall_s": 100.0},
-       {"cells": ["b", "c"], "ended": ["b", "c"], "parallel": 2, "wall_s": 130.0}]))
+  batch = {"cells": ["b", "c"], "ended": ["b", "c"], "parallel": 2, "wall_s": 130.0}
+  (tmp_path / "queue_log.json").write_text(json.dumps([batch, {**batch, "ended": ["b"], "wall_s": 400.0}]))
+  assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(1.25 * 130.0)  # the whole batch, no single
+  (tmp_path / "queue_log.json").write_text(json.dumps([{"cells": ["a"], "ended": ["a"], "parallel": 1,
+                                                         "wall_s": 100.0}, batch]))
   assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(150.0 * 1.3)  # the measured ratio
   gpu_queue.write_table(tmp_path)
   rows = {l.split(" | ")[1]: l for l in (tmp_path / "table.md").read_text().splitlines() if l.startswith("| 200")}

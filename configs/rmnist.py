@@ -14,12 +14,13 @@ on CPU budgets SD collapses on it in some seeds with either search (results/equa
 the published runs rotated every copy by the last angle (``data.rmnist_test_uses_last_angle=True``).
 
 Runtime on one H200 (``--config.train.steps_per_call=59
---config.eval.every_task=False --config.eval.raw_pixels=False``): SD 99 s, Co2L 118 s
-(train 79 / 104 s at ~360,000 images/s, compile included); a probe after every task
-adds about 19 x 6 s, the raw-pixel baseline ~60 s of host work. On 2 CPU cores a
-later-task epoch takes ~50 s: hours per run.
-Measured (seed 0, probe after the last task): SD searched on onlypast 94.43 (per-angle
-test) / 97.73 (last angle), Co2L 81.14 / 94.74, raw pixels 47.28 (results/rmnist_paper/).
+--config.eval.every_task=False --config.eval.raw_pixels=False``), cold compilation cache: SD on the centred head
+392 s, Co2L 281 s, of which compiling 242 / 171 s; with a warm cache (the published head): SD 99 s, Co2L 118 s.
+A probe after every task adds about 19 x 6 s, the raw-pixel baseline about a minute of host work. On 2 CPU
+cores a later-task epoch takes ~50 s: hours per run.
+Measured (seed 0, probe after the last task; results/rmnist_paper/): published head: SD searched on onlypast
+94.43 (per-angle test) / 97.73 (last angle), Co2L 81.14 / 94.74; centred head (``model.head_center=True``): SD
+93.50 / 98.21, Co2L 92.73 / 98.79; raw pixels 45.47.
 
 Paper (Table 1), Domain-IL: memory 200: Co2L 97.90 (1.92), SD 98.80 (0.26),
 GM 97.29 (0.59), SD+GM 96.68 (0.55); memory 500: Co2L 98.65 (0.31), SD 98.43 (0.38),

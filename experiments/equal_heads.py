@@ -22,13 +22,14 @@ Cells run through experiments/runner.py (a finished cell is read back, a started
 from __future__ import annotations
 
 import datetime
+import json
 import pathlib
 import sys
 
 import numpy as np
 from absl import app, flags, logging
 
-from experiments import aggregate, runner, studies
+from experiments import aggregate, gpu_queue, runner, studies
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -38,8 +39,25 @@ MAIN = ("SD onlycurrent", "SD onlypast", "Co2L", "GM", "finetune", "joint")
 ABLATION_OF_SD = ("SD lambda1", "SD random subset", "SD all dims", "SD combined")
 # Split-MNIST: the methods item 5 of the study compares.
 SPLIT = ("SD onlycurrent", "Co2L", "finetune")
-# Paper-scale runs (results/rmnist_paper, one H200, seed 0, published head, 60,000 digits per domain).
-PAPER_SCALE = {"digits": 60000, "SD onlypast": 94.43, "Co2L": 81.14}
+# Paper-scale runs: results/rmnist_paper (experiments/gpu_queue.py, an H200, 60,000 digits per domain).
+PAPER_SCALE_DIR = pathlib.Path(__file__).resolve().parents[1] / "results" / "rmnist_paper"
+PAPER_DIGITS = 60000
+PAPER_LABELS = {"sd": "SD onlypast", "co2l": "Co2L"}
+
+
+def paper_scale(folder: pathlib.Path = PAPER_SCALE_DIR) -> dict:
+  """{(label, head): per-angle accuracies} of the finished paper-scale SD and Co2L cells at memory 200 and the
+  paper's lambda, seed by seed (read out by the published SGD probe, as every GPU cell)."""
+  out = {}
+  for c in gpu_queue.SEEN + gpu_queue.CELLS:
+    if c.method in PAPER_LABELS and c.memory == 200 and gpu_queue.state(folder, c) == "done":
+      res = json.loads((folder / c.name / "results.json").read_text())
+      out.setdefault((PAPER_LABELS[c.method], c.head), []).append(res["final"]["domain_il"])
+  return out
+
+
+def _paper_label(label: str, head: str, accs) -> str:
+  return f"{label}, {head} head, paper scale (H200, {len(accs)} seed{'s' * (len(accs) > 1)}; published SGD probe)"
 
 
 def define_flags() -> None:
@@ -213,7 +231,7 @@ def _head_pairs(rows, point: str, label: str):
 def figure(rows, path) -> None:
   """One panel per point: every run as a dot (× when flagged) and each cell's mean as a bar, methods along the
   x-axis, the published head left (hollow) and the centred head right (filled) of each method; raw pixels as a grey
-  line; on Rotated MNIST panels the paper-scale pair (published head, one seed, 60,000 digits) at the right."""
+  line; on Rotated MNIST panels the paper-scale cells (both heads, 60,000 digits) at the right."""
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
@@ -249,9 +267,10 @@ def _panel(ax, point: studies.Point, rows) -> None:
   ticks = list(labels)
   if point.scenario == "domain":
     x = len(labels)
-    for label, marker, dx in (("SD onlypast", "s", -0.18), ("Co2L", "D", 0.18)):
-      ax.plot(x + dx, PAPER_SCALE[label], marker, color="black", mfc="none", ms=7,
-              label=f"{label}, paper scale (H200, published head, 1 seed; published SGD probe)")
+    for (label, head), accs in sorted(paper_scale().items()):
+      dx = (-0.18 if label.startswith("SD") else 0.18) + (-0.07 if head == "published" else 0.07)
+      ax.plot([x + dx] * len(accs), accs, "s" if label.startswith("SD") else "D", color="black",
+              mfc="none" if head == "published" else "black", ms=6, label=_paper_label(label, head, accs))
     ticks.append("paper scale\n60,000 digits")
   ax.set_xticks(range(len(ticks)), [t.replace(" ", "\n", 1) for t in ticks], fontsize=7)
   for marker, fill, text in (("o", "none", "published head (left, hollow)"), ("o", None, "centred head (right)"),
@@ -282,7 +301,7 @@ def curve_cells(rows) -> dict:
 def curve(rows, path) -> None:
   """The study at a glance: per-angle accuracy against digits per domain (log axis), one line per method and head
   (centred solid, published dashed), mean and std over seeds; a cell with a flagged run drawn hollow with its
-  count; the paper-scale pair (published head, one seed) at 60,000 digits."""
+  count; the paper-scale cells (both heads, each seed a marker) at 60,000 digits."""
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
@@ -300,9 +319,11 @@ def curve(rows, path) -> None:
       ax.plot(xi, mean, "o", color=color, mfc="none" if k else color, ms=6)
       if k:
         ax.annotate(f"†{k}/{n}", (xi, mean), textcoords="offset points", xytext=(4, -9), fontsize=6, color=color)
-  for label, marker in (("SD onlypast", "s"), ("Co2L", "D")):
-    ax.plot(PAPER_SCALE["digits"], PAPER_SCALE[label], marker, color=f"C{MAIN.index(label)}", mfc="none", ms=8,
-            label=f"{label}, published head, paper scale (H200, 1 seed; published SGD probe)")
+  for (label, head), accs in sorted(paper_scale().items()):
+    color = f"C{MAIN.index(label)}"
+    ax.plot([PAPER_DIGITS * (0.97 if head == "published" else 1.03)] * len(accs), accs,
+            "s" if label.startswith("SD") else "D", color=color, mfc="none" if head == "published" else color,
+            ms=7, label=_paper_label(label, head, accs))
   raw = sorted((10 * p.per_class, aggregate.mean_std(r["raw_pixels"] for r in rows if r["point"] == p.name)[0])
                for p in studies.EQUAL_HEADS_POINTS if p.scenario == "domain")
   raw = [(d, m) for d, m in raw if m is not None]

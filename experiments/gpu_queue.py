@@ -297,10 +297,35 @@ def write_table(out: pathlib.Path) -> None:
             "raw pixels (per-angle)", "health flags (seed: checks)", "wall s"]
   text = ["# Paper-scale Rotated MNIST: mean (std) over seeds", "",
           "Produced by `python -m experiments.gpu_queue` (see its docstring); the paper reports the last-angle metric.",
-          "", aggregate.markdown_table(header, rows), "",
+          "", aggregate.markdown_table(header, rows), "", *_differences(out, every),
           "Switches that differ from the published mode (`--config.preset=published` sets them): "
           + (", ".join(f"`{k}`" for k in sorted(differ)) or "none") + ".", ""]
   write_text_atomic(out / "table.md", "\n".join(text))
+
+
+def _differences(out: pathlib.Path, every) -> list[str]:
+  """SD − Co2L over the seeds both finished, per memory, head and lambda: the mean with its 95 % interval (t,
+  n − 1 dof) for both metrics, and each seed's per-angle difference; no lines when no seed has both."""
+  done = {(c.memory, c.head, c.ird_weight, c.method, c.seed): json.loads((out / c.name / "results.json").read_text())
+          for c in every if state(out, c) == "done"}
+  rows = []
+  for group in dict.fromkeys(k[:3] for k in done):
+    pairs = {k[4]: (r, done[(*group, "co2l", k[4])]) for k, r in sorted(done.items())
+             if k[:4] == (*group, "sd") and (*group, "co2l", k[4]) in done}
+    if not pairs:
+      continue
+    m1 = {s: sd["final"]["domain_il"] - co2l["final"]["domain_il"] for s, (sd, co2l) in pairs.items()}
+    last = lambda r: r["acc_matrix"]["domain_il"][-1][-1]
+    m2 = [last(sd) - last(co2l) for sd, co2l in pairs.values()]
+    memory, head, lam = group
+    rows.append([memory, head + ("" if lam is None else f", lambda {lam:g}"), len(pairs),
+                 *aggregate.interval_cell(list(m1.values()))[1:], *aggregate.interval_cell(m2)[1:],
+                 ", ".join(f"{s}: {d:+.2f}" for s, d in m1.items())])
+  if not rows:
+    return []
+  header = ["memory", "head", "seeds", "per-angle SD − Co2L [95 % interval]", "verdict",
+            "last-angle SD − Co2L [95 % interval]", "verdict", "per-angle, seed: difference"]
+  return ["## Paired differences, SD − Co2L (the seeds both finished)", "", aggregate.markdown_table(header, rows), ""]
 
 
 def _raw_pixels(cell: Cell, res: dict, pixels: dict):

@@ -259,13 +259,31 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
                                                          "wall_s": 100.0}, batch]))
   assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(150.0 * 1.3)  # the measured ratio
   gpu_queue.write_table(tmp_path)
-  rows = {l.split(" | ")[1]: l for l in (tmp_path / "table.md").read_text().splitlines() if l.startswith("| 200")}
+  means = (tmp_path / "table.md").read_text().split("## Paired")[0]
+  rows = {l.split(" | ")[1]: l for l in means.splitlines() if l.startswith("| 200")}
   assert set(rows) == {"SD (onlypast)", "Co2L"}
   sd = rows["SD (onlypast)"]  # seeds 0 and 1: mean 92, std sqrt(8); last-angle 98 (1.41), paper 98.80
   assert "| 2 | 92.00 (2.83) | 98.00 (1.41) [paper 98.80; Δ -0.80] | 50.50 (0.71) | 1: supcon_constant |" in sd
   assert "| 1 (+1 failed) | 80.00 (0.00) |" in rows["Co2L"] and "| ok |" in rows["Co2L"]
   assert "`lasp.mask_objective`" not in (tmp_path / "table.md").read_text()  # set as published
+  # Seed 1 is the one seed both finished (Co2L seed 2 failed, SD seed 2 is missing): 90 − 80 and 99 − 95.
+  assert "| 200 | published | 1 | +10.00 | too few pairs | +4.00 | too few pairs | 1: +10.00 |" in (
+      tmp_path / "table.md").read_text()
   assert "`lasp.restart_selection`" in (tmp_path / "table.md").read_text()
+
+
+def test_equal_heads_reads_the_paper_scale_cells_by_head_and_skips_others(tmp_path):
+  _queue_cell(tmp_path, "sd_seed0", 0, 94.0, 97.0, 100.0)
+  _queue_cell(tmp_path, "sd_centred_seed0", 0, 93.0, 98.0, 300.0)
+  _queue_cell(tmp_path, "sd_centred_seed1", 1, 91.0, 98.0, 300.0)
+  _queue_cell(tmp_path, "co2l_centred_seed0", 0, 92.0, 98.0, 300.0)
+  _queue_cell(tmp_path, "co2l_m500_seed0", 0, 10.0, 10.0, 300.0)  # memory 500: not this comparison
+  _queue_cell(tmp_path, "gm_seed0", 0, 50.0, 50.0, 100.0)  # neither SD nor Co2L
+  (tmp_path / "co2l_seed0").mkdir()
+  runner.mark_failed(tmp_path / "co2l_seed0", "error: non-finite loss", 0)
+  assert equal_heads.paper_scale(tmp_path) == {("SD onlypast", "published"): [94.0],
+                                               ("SD onlypast", "centred"): [93.0, 91.0],
+                                               ("Co2L", "centred"): [92.0]}
 
 
 def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path):

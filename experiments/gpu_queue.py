@@ -10,7 +10,9 @@ seeds 0-2 (once that grid is whole); GM and SD+GM seeds 0-4; then the four metho
 ``lasp_jax.main`` on configs/rmnist.py (SD searches on
 ``onlypast``, the published R-MNIST command, as seed 0 did) with the probe after the last task only, in its own
 process. A cell starts only if the budget left covers its expected time (the slowest finished run of its method,
-or of any method, x 1.25; 180 s before any). ``--parallel=N`` runs N cells at once on the one device, each with
+or of any method, x 1.25, its compile time left out once this call has compiled the cell's programs; 180 s before
+any run): on an H200 a cold cell takes 4.7 (Co2L) to 6.5 (SD) minutes, about 60 % of it compiling, so one
+10-minute call runs one cold SD cell and one more of the same programs. ``--parallel=N`` runs N cells at once on the one device, each with
 1/N of its memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to ``queue_log.json``, so
 one seed's time and N seeds' time are measured under the same code.
 
@@ -18,8 +20,8 @@ A finished cell leaves ``<out>/<cell>/{results.json,config.json,log.txt}``; a no
 ``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (the next call reruns it). The
 raw-pixel baseline of each (seed, memory) runs on the host CPU while the device trains (``JAX_PLATFORMS=cpu``),
 is kept in ``raw_pixels.json`` and written into each results.json's ``baselines``. ``table.md`` is rewritten after
-every batch: mean (std) over seeds of both metrics, the paper beside, health flags, the switches that differ from
-the published mode.
+every batch: mean (std) over seeds of both metrics, the paper beside, health flags, SD − Co2L paired by seed with
+its 95 % interval, the switches that differ from the published mode.
 """
 
 from __future__ import annotations
@@ -126,12 +128,16 @@ def state(out: pathlib.Path, cell: Cell) -> str:
   return "missing" if res is None else "failed" if runner.failed(res) else "done"
 
 
-def expected_s(out: pathlib.Path, cell: Cell) -> float:
-  """The slowest finished run of the cell's method (of any method if none) x 1.25; 180 s before any run."""
+def expected_s(out: pathlib.Path, cell: Cell, warm: frozenset = frozenset()) -> float:
+  """The slowest finished run of the cell's method (of any method if none) x 1.25; 180 s before any run. When the
+  cell's group is in ``warm`` (a cell of the same method, head, memory and lambda ran earlier in this call: its
+  programs are in the compilation cache) each run counts without its ``timing.compile_s``."""
   walls = {}
   for c in SEEN + queue():
     if state(out, c) == "done":
-      walls.setdefault(c.method, []).append(json.loads((out / c.name / "results.json").read_text())["wall_time_s"])
+      res = json.loads((out / c.name / "results.json").read_text())
+      compile_s = res.get("timing", {}).get("compile_s", 0.0) if cell.group in warm else 0.0
+      walls.setdefault(c.method, []).append(res["wall_time_s"] - compile_s)
   mine = walls.get(cell.method) or [w for ws in walls.values() for w in ws]
   return 1.25 * max(mine) if mine else 180.0
 
@@ -219,7 +225,7 @@ def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: f
 def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel: int, max_cells: int,
             extra: list[str], with_raw_pixels: bool) -> None:
   """Runs batches of the next missing cells while the budget covers them; logs each batch's wall time."""
-  t0, done = time.time(), 0
+  t0, done, warm = time.time(), 0, set()  # warm: the groups whose programs this call has compiled
   pixels = raw_pixels(out, [c for c in queue() if state(out, c) == "missing"][:max(parallel, 4)],
                       extra) if with_raw_pixels else {}
   while True:
@@ -228,7 +234,7 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
     if max_cells:
       todo = todo[:max_cells - done]
     left = budget_s - (time.time() - t0) - 20  # 20 s to copy and tabulate
-    need = _batch_estimate(out, todo)
+    need = _batch_estimate(out, todo, frozenset(warm))
     if not todo or need > left:
       print(f"queue: {done} cells run; " + (
           f"next {[c.name for c in todo]} needs ~{need:.0f} s, {left:.0f} s left" if todo else
@@ -237,6 +243,7 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
       break
     start = time.time()
     ended = run_batch(out, scratch, todo, extra, left)
+    warm |= {c.group for c in todo if c.name in ended}
     log = _read(out / "queue_log.json", [])
     log.append({"cells": [c.name for c in todo], "ended": ended, "parallel": len(todo),
                 "wall_s": round(time.time() - start, 1), "device": _device()})
@@ -249,12 +256,12 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
   write_table(out)
 
 
-def _batch_estimate(out: pathlib.Path, todo) -> float:
+def _batch_estimate(out: pathlib.Path, todo, warm: frozenset = frozenset()) -> float:
   """One cell's expected time times the batch size, unless a whole batch of that size was measured: then one
   cell's time times the measured ratio to a single run, or, with no single run measured, 1.25 x that batch."""
   if not todo:
     return 0.0
-  one = max(expected_s(out, c) for c in todo)
+  one = max(expected_s(out, c, warm) for c in todo)
   log = [b for b in _read(out / "queue_log.json", []) if b["ended"] == b["cells"]]
   singles = [b["wall_s"] for b in log if b["parallel"] == 1]
   batches = [b["wall_s"] for b in log if b["parallel"] == len(todo)]

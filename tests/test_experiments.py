@@ -250,6 +250,13 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
       "done", "failed", "missing"]
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * 120.0  # its method's slowest run
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("gm", 0)) == 1.25 * 120.0  # no GM run: any method's
+  # A cold run's compile time counts unless its group's programs were compiled earlier in the same call.
+  res = json.loads((tmp_path / "sd_seed1" / "results.json").read_text())
+  (tmp_path / "sd_seed1" / "results.json").write_text(json.dumps({**res, "timing": {"compile_s": 70.0}}))
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * 120.0
+  warm = frozenset({gpu_queue.Cell("sd", 3).group})
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3), warm) == 1.25 * 100.0  # seed 0's 100 s now
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3, head="centred"), warm) == 1.25 * 120.0
   two = [gpu_queue.Cell("sd", 3), gpu_queue.Cell("co2l", 3)]
   assert gpu_queue._batch_estimate(tmp_path, two) == 2 * 150.0  # no batch of 2 measured: twice one run
   batch = {"cells": ["b", "c"], "ended": ["b", "c"], "parallel": 2, "wall_s": 130.0}

@@ -11,10 +11,10 @@ seeds 0-2 (once that grid is whole); GM and SD+GM seeds 0-4; then the four metho
 ``onlypast``, the published R-MNIST command, as seed 0 did) with the probe after the last task only, in its own
 process. A cell starts only if the budget left covers its expected time (the slowest finished run of its method,
 or of any method, x 1.25, its compile time left out once this call has compiled the cell's programs; 180 s before
-any run): on an H200 a cold cell takes 4.7 (Co2L) to 6.5 (SD) minutes, about 60 % of it compiling, so one
-10-minute call runs one cold SD cell and one more of the same programs. ``--parallel=N`` runs N cells at once on the one device, each with
-1/N of its memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to ``queue_log.json``, so
-one seed's time and N seeds' time are measured under the same code.
+any run): on an H200 a cold cell takes 4.7 (Co2L) to 6.5 (SD) minutes, about 60 % of it compiling, so cold SD
+and Co2L cells do not both fit in one 10-minute call. ``--parallel=N`` runs N cells at once on the one device,
+each with 1/N of its memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to
+``queue_log.json``, so one seed's time and N seeds' time are measured under the same code.
 
 A finished cell leaves ``<out>/<cell>/{results.json,config.json,log.txt}``; a non-finite loss leaves
 ``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (the next call reruns it). The

@@ -10,11 +10,12 @@ seeds 0-2 (once that grid is whole); GM and SD+GM seeds 0-4; then the four metho
 ``lasp_jax.main`` on configs/rmnist.py (SD searches on
 ``onlypast``, the published R-MNIST command, as seed 0 did) with the probe after the last task only, in its own
 process. A cell starts only if the budget left covers its expected time (the slowest finished run of its method,
-or of any method, x 1.25, its compile time left out once this call has compiled the cell's programs; 180 s before
-any run): on an H200 a cold cell takes 4.7 (Co2L) to 6.5 (SD) minutes, about 60 % of it compiling, so cold SD
-and Co2L cells do not both fit in one 10-minute call. ``--parallel=N`` runs N cells at once on the one device,
-each with 1/N of its memory (``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to
-``queue_log.json``, so one seed's time and N seeds' time are measured under the same code.
+or of any method, x 1.25, its compile time left out once the cache in --scratch holds the cell's programs; 180 s
+before any run): on an H200 a cold cell takes 4.7 (Co2L) to 6.5 (SD) minutes, about 60 % of it compiling, so
+cold SD and Co2L cells one after another do not fit in one 10-minute call. ``--parallel=N`` runs N cells at once
+on the one device (their compiles overlap on the host's cores), each with 1/N of its memory
+(``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to ``queue_log.json``, so one seed's time and
+N seeds' time are measured under the same code.
 
 A finished cell leaves ``<out>/<cell>/{results.json,config.json,log.txt}``; a non-finite loss leaves
 ``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (the next call reruns it). The
@@ -53,6 +54,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("budget_s", 540, "Seconds this call may take; no cell starts that would not fit.")
   flags.DEFINE_integer("parallel", 1, "Cells run at once on the device (1/N of its memory each).")
   flags.DEFINE_integer("max_cells", 0, "Stop after this many cells (0: as many as the budget allows).")
+  flags.DEFINE_float("margin", 1.25, "A batch starts when the time left covers its measured parts x this.")
   flags.DEFINE_string("config", "configs/rmnist.py", "The run configuration (a tiny one for a CPU dry run).")
   flags.DEFINE_multi_string("set", [], "More overrides, key=value (--set=data.num_tasks=2), for every cell.")
   flags.DEFINE_bool("raw_pixels", True, "Fit each (seed, memory)'s raw-pixel baseline on the host meanwhile.")
@@ -128,18 +130,26 @@ def state(out: pathlib.Path, cell: Cell) -> str:
   return "missing" if res is None else "failed" if runner.failed(res) else "done"
 
 
-def expected_s(out: pathlib.Path, cell: Cell, warm: frozenset = frozenset()) -> float:
-  """The slowest finished run of the cell's method (of any method if none) x 1.25; 180 s before any run. When the
-  cell's group is in ``warm`` (a cell of the same method, head, memory and lambda ran earlier in this call: its
-  programs are in the compilation cache) each run counts without its ``timing.compile_s``."""
-  walls = {}
+def _parts(out: pathlib.Path, cell: Cell, warm: frozenset) -> tuple[float, float]:
+  """(compile, the rest) of a cell's expected time: the largest ``timing.compile_s`` and the largest wall time
+  without it over the finished runs of its method (of any method if none; (0, 180) before any run); compile 0
+  when the cell's group is in ``warm`` (a cell of the same method, head, memory and lambda ran earlier in this
+  call: its programs are in the compilation cache)."""
+  runs = {}
   for c in SEEN + queue():
     if state(out, c) == "done":
       res = json.loads((out / c.name / "results.json").read_text())
-      compile_s = res.get("timing", {}).get("compile_s", 0.0) if cell.group in warm else 0.0
-      walls.setdefault(c.method, []).append(res["wall_time_s"] - compile_s)
-  mine = walls.get(cell.method) or [w for ws in walls.values() for w in ws]
-  return 1.25 * max(mine) if mine else 180.0
+      compile_s = res.get("timing", {}).get("compile_s", 0.0)
+      runs.setdefault(c.method, []).append((compile_s, res["wall_time_s"] - compile_s))
+  mine = runs.get(cell.method) or [r for rs in runs.values() for r in rs]
+  if not mine:
+    return 0.0, 180.0
+  return (0.0 if cell.group in warm else max(r[0] for r in mine)), max(r[1] for r in mine)
+
+
+def expected_s(out: pathlib.Path, cell: Cell, warm: frozenset = frozenset(), margin: float = 1.25) -> float:
+  """A cell's expected time: its compile and the rest (``_parts``) x ``margin``."""
+  return margin * sum(_parts(out, cell, warm))
 
 
 def command(module: str, cell: Cell, extra: list[str], workdir: str | None = None) -> list[str]:
@@ -223,9 +233,11 @@ def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: f
 
 
 def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel: int, max_cells: int,
-            extra: list[str], with_raw_pixels: bool) -> None:
+            extra: list[str], with_raw_pixels: bool, margin: float = 1.25) -> None:
   """Runs batches of the next missing cells while the budget covers them; logs each batch's wall time."""
-  t0, done, warm = time.time(), 0, set()  # warm: the groups whose programs this call has compiled
+  # warm: the groups whose programs the compilation cache in ``scratch`` holds (this call's or an earlier one's
+  # on the same machine: a --scratch that outlives the call keeps both).
+  t0, done, warm = time.time(), 0, {tuple(g) for g in _read(scratch / "warm_groups.json", [])}
   pixels = raw_pixels(out, [c for c in queue() if state(out, c) == "missing"][:max(parallel, 4)],
                       extra) if with_raw_pixels else {}
   while True:
@@ -234,7 +246,7 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
     if max_cells:
       todo = todo[:max_cells - done]
     left = budget_s - (time.time() - t0) - 20  # 20 s to copy and tabulate
-    need = _batch_estimate(out, todo, frozenset(warm))
+    need = _batch_estimate(out, todo, frozenset(warm), margin)
     if not todo or need > left:
       print(f"queue: {done} cells run; " + (
           f"next {[c.name for c in todo]} needs ~{need:.0f} s, {left:.0f} s left" if todo else
@@ -244,6 +256,7 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
     start = time.time()
     ended = run_batch(out, scratch, todo, extra, left)
     warm |= {c.group for c in todo if c.name in ended}
+    write_json_atomic(scratch / "warm_groups.json", sorted(warm, key=str))
     log = _read(out / "queue_log.json", [])
     log.append({"cells": [c.name for c in todo], "ended": ended, "parallel": len(todo),
                 "wall_s": round(time.time() - start, 1), "device": _device()})
@@ -256,18 +269,21 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
   write_table(out)
 
 
-def _batch_estimate(out: pathlib.Path, todo, warm: frozenset = frozenset()) -> float:
-  """One cell's expected time times the batch size, unless a whole batch of that size was measured: then one
-  cell's time times the measured ratio to a single run, or, with no single run measured, 1.25 x that batch."""
+def _batch_estimate(out: pathlib.Path, todo, warm: frozenset = frozenset(), margin: float = 1.25) -> float:
+  """A batch's expected time. Measured batches of its size: one cell's expected time x their ratio to a single
+  run, or, with no single run measured, ``margin`` x the slowest of them. Else the cells' processes compile at
+  once on the host's cores and take turns on the device: the largest compile plus every cell's rest, x
+  ``margin`` (one cell's expected time for a batch of one)."""
   if not todo:
     return 0.0
-  one = max(expected_s(out, c, warm) for c in todo)
   log = [b for b in _read(out / "queue_log.json", []) if b["ended"] == b["cells"]]
   singles = [b["wall_s"] for b in log if b["parallel"] == 1]
   batches = [b["wall_s"] for b in log if b["parallel"] == len(todo)]
   if len(todo) > 1 and batches:
-    return one * max(batches) / max(singles) if singles else 1.25 * max(batches)
-  return one * len(todo)
+    one = max(expected_s(out, c, warm, margin) for c in todo)
+    return one * max(batches) / max(singles) if singles else margin * max(batches)
+  parts = [_parts(out, c, warm) for c in todo]
+  return margin * (max(p[0] for p in parts) + sum(p[1] for p in parts))
 
 
 def write_table(out: pathlib.Path) -> None:
@@ -357,6 +373,7 @@ def main(argv):
   out = pathlib.Path(FLAGS.out)
   bad = [s for s in FLAGS.set if "=" not in s]
   problems = ([f"--out {out} is not a folder"] if not out.is_dir() else []) + (
+      [f"--margin must be >= 1, got {FLAGS.margin}"] if FLAGS.margin < 1 else []) + (
       [f"--parallel must be >= 1, got {FLAGS.parallel}"] if FLAGS.parallel < 1 else []) + (
       [f"--set {bad[0]}: expected key=value"] if bad else []) + (
       [f"--config {FLAGS.config} does not exist"] if not (REPO / FLAGS.config).is_file() else [])
@@ -367,7 +384,8 @@ def main(argv):
     with tempfile.TemporaryDirectory() as tmp:
       scratch = pathlib.Path(FLAGS.scratch or tmp)
       scratch.mkdir(parents=True, exist_ok=True)
-      advance(out, scratch, FLAGS.budget_s, FLAGS.parallel, FLAGS.max_cells, FLAGS.set, FLAGS.raw_pixels)
+      advance(out, scratch, FLAGS.budget_s, FLAGS.parallel, FLAGS.max_cells, FLAGS.set, FLAGS.raw_pixels,
+              FLAGS.margin)
   write_table(out)
   print(f"table: {out / 'table.md'}")
 

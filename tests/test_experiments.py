@@ -253,18 +253,21 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
   # A cold run's compile time counts unless its group's programs were compiled earlier in the same call.
   res = json.loads((tmp_path / "sd_seed1" / "results.json").read_text())
   (tmp_path / "sd_seed1" / "results.json").write_text(json.dumps({**res, "timing": {"compile_s": 70.0}}))
-  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * 120.0
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * (70.0 + 100.0)  # seed 0's rest: 100 s
   warm = frozenset({gpu_queue.Cell("sd", 3).group})
-  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3), warm) == 1.25 * 100.0  # seed 0's 100 s now
-  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3, head="centred"), warm) == 1.25 * 120.0
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3), warm) == 1.25 * 100.0
+  assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3, head="centred"), warm) == 1.25 * 170.0
   two = [gpu_queue.Cell("sd", 3), gpu_queue.Cell("co2l", 3)]
-  assert gpu_queue._batch_estimate(tmp_path, two) == 2 * 150.0  # no batch of 2 measured: twice one run
+  # No batch of 2 measured: SD's largest compile (seed 1's 70 s) and both cells' rest (SD's 100, Co2L's 80) x 1.25.
+  assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(1.25 * (70.0 + 100.0 + 80.0))
+  assert gpu_queue._batch_estimate(tmp_path, two, warm) == pytest.approx(1.25 * (100.0 + 80.0))
+  assert gpu_queue._batch_estimate(tmp_path, two[:1]) == gpu_queue.expected_s(tmp_path, two[0])
   batch = {"cells": ["b", "c"], "ended": ["b", "c"], "parallel": 2, "wall_s": 130.0}
   (tmp_path / "queue_log.json").write_text(json.dumps([batch, {**batch, "ended": ["b"], "wall_s": 400.0}]))
   assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(1.25 * 130.0)  # the whole batch, no single
   (tmp_path / "queue_log.json").write_text(json.dumps([{"cells": ["a"], "ended": ["a"], "parallel": 1,
                                                          "wall_s": 100.0}, batch]))
-  assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(150.0 * 1.3)  # the measured ratio
+  assert gpu_queue._batch_estimate(tmp_path, two) == pytest.approx(1.25 * 170.0 * 1.3)  # SD x the measured ratio
   gpu_queue.write_table(tmp_path)
   means = (tmp_path / "table.md").read_text().split("## Paired")[0]
   rows = {l.split(" | ")[1]: l for l in means.splitlines() if l.startswith("| 200")}
@@ -319,7 +322,7 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
           "--set=train.epochs_first=1", "--set=train.epochs=1", "--set=train.steps_per_call=1"]
   call = lambda *a: subprocess.run([sys.executable, "-m", "experiments.gpu_queue", f"--out={tmp_path}", *tiny, *a],
                                    cwd=repo, capture_output=True, text=True, timeout=600)
-  out = call("--budget_s=600", "--max_cells=1")
+  out = call("--budget_s=600", "--max_cells=1", f"--scratch={tmp_path / 'scratch'}")
   assert out.returncode == 0, out.stderr[-3000:]
   left = len(gpu_queue.queue()) - 1
   assert f"queue: 1 cells run; --max_cells=1 reached, {left} cells missing" in out.stdout, out.stdout
@@ -330,6 +333,8 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   assert res["baselines"]["raw_pixels"]["domain_il"] > 10.0  # fitted on the host meanwhile, written in
   log = json.loads((tmp_path / "queue_log.json").read_text())
   assert [(b["cells"], b["ended"]) for b in log] == [(["sd_centred_seed0"], ["sd_centred_seed0"])]
+  # The scratch folder's cache now holds SD's centred programs: a later call there counts them compiled.
+  assert json.loads((tmp_path / "scratch" / "warm_groups.json").read_text()) == [[200, "centred", None, "sd"]]
   assert "| 200 | SD (onlypast), centred head | 1 |" in (tmp_path / "table.md").read_text()
   again = call(f"--budget_s={int(res['wall_time_s'])}", "--raw_pixels=False")
   assert again.returncode == 0 and "next ['co2l_centred_seed0'] needs" in again.stdout, again.stdout
@@ -337,3 +342,5 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   assert len(json.loads((tmp_path / "queue_log.json").read_text())) == 1
   bad = call("--parallel=0")
   assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --parallel must be >= 1, got 0"]
+  bad = call("--margin=0.5")
+  assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --margin must be >= 1, got 0.5"]

@@ -277,7 +277,7 @@ def _differences(rows, grid, chosen) -> list[str]:
                     "centred"))
   if grid == "paper_steps":
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
-    pairs += [("SD onlypast", "finetune", "centred", "centred"), ("Co2L", "finetune", "centred", "centred")]
+    pairs += [(m, bound, "centred", "centred") for bound in ("finetune", "joint") for m in ("SD onlypast", "Co2L")]
   body = []
   for a, b, ha, hb, *least in pairs:
     for metric, name in (("m1", "test L-BFGS"), ("sgd", "test SGD probe"), ("lbfgs", "validation L-BFGS")):

@@ -250,3 +250,16 @@ def test_gm_boundary_table_by_hand(tmp_path):
                        cwd=pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip() == (f"error: --gm_run {tmp_path} holds no finished GM run with "
                                                         "gamma per weight")
+
+
+def test_paper_steps_pairs_both_methods_with_each_bound_once_it_has_run():
+  row = lambda label, m1, head="centred": {"grid": "paper_steps", "method": label, "head": head, "seed": 0,
+                                           "m1": m1, "sgd": m1 + 1, "validation": {"lbfgs": m1 - 1}}
+  rows = [row("SD onlypast", 92.0), row("Co2L", 91.0), row("finetune", 86.0)]
+  text = "\n".join(threats._differences(rows, "paper_steps", {}))
+  assert "| SD onlypast − finetune | centred | test L-BFGS | 1 | +6.00 | too few pairs |" in text
+  assert "| Co2L − finetune | centred | test SGD probe | 1 | +5.00 | too few pairs |" in text
+  assert "joint" not in text  # no joint run yet: no row
+  text = "\n".join(threats._differences([*rows, row("joint", 94.5)], "paper_steps", {}))
+  assert "| SD onlypast − joint | centred | test L-BFGS | 1 | -2.50 | too few pairs |" in text
+  assert "| Co2L − joint | centred | validation L-BFGS | 1 | -3.50 | too few pairs |" in text

@@ -133,8 +133,8 @@ def state(out: pathlib.Path, cell: Cell) -> str:
 def _parts(out: pathlib.Path, cell: Cell, warm: frozenset) -> tuple[float, float]:
   """(compile, the rest) of a cell's expected time: the largest ``timing.compile_s`` and the largest wall time
   without it over the finished runs of its method (of any method if none; (0, 180) before any run); compile 0
-  when the cell's group is in ``warm`` (a cell of the same method, head, memory and lambda ran earlier in this
-  call: its programs are in the compilation cache)."""
+  when the cell's group is in ``warm`` (a cell of the same method, head, memory and lambda ran with this
+  --scratch: its programs are in the compilation cache there)."""
   runs = {}
   for c in SEEN + queue():
     if state(out, c) == "done":

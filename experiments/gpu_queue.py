@@ -291,12 +291,13 @@ def write_table(out: pathlib.Path) -> None:
   rows, differ = [], set()
   pixels = _read(out / "raw_pixels.json")
   every = SEEN + queue()
+  finished = {c: json.loads((out / c.name / "results.json").read_text()) for c in every if state(out, c) == "done"}
   for group in sorted(dict.fromkeys(c.group for c in every), key=lambda g: (g[0], g[1] != "published",
                                                                             g[2] or 0, list(LABELS).index(g[3]))):
     memory, head, lam, method = group
     cells = [c for c in every if c.group == group]
-    done = [c for c in cells if state(out, c) == "done"]
-    res = [json.loads((out / c.name / "results.json").read_text()) for c in done]
+    done = [c for c in cells if c in finished]
+    res = [finished[c] for c in done]
     failed = [c.name for c in cells if state(out, c) == "failed"]
     if not res and not failed:
       continue
@@ -320,17 +321,16 @@ def write_table(out: pathlib.Path) -> None:
             "raw pixels (per-angle)", "health flags (seed: checks)", "wall s"]
   text = ["# Paper-scale Rotated MNIST: mean (std) over seeds", "",
           "Produced by `python -m experiments.gpu_queue` (see its docstring); the paper reports the last-angle metric.",
-          "", aggregate.markdown_table(header, rows), "", *_differences(out, every),
+          "", aggregate.markdown_table(header, rows), "", *_differences(finished),
           "Switches that differ from the published mode (`--config.preset=published` sets them): "
           + (", ".join(f"`{k}`" for k in sorted(differ)) or "none") + ".", ""]
   write_text_atomic(out / "table.md", "\n".join(text))
 
 
-def _differences(out: pathlib.Path, every) -> list[str]:
-  """SD − Co2L over the seeds both finished, per memory, head and lambda: the mean with its 95 % interval (t,
-  n − 1 dof) for both metrics, and each seed's per-angle difference; no lines when no seed has both."""
-  done = {(c.memory, c.head, c.ird_weight, c.method, c.seed): json.loads((out / c.name / "results.json").read_text())
-          for c in every if state(out, c) == "done"}
+def _differences(finished: dict) -> list[str]:
+  """SD − Co2L over the seeds both finished ({cell: results}), per memory, head and lambda: the mean with its 95 %
+  interval (t, n − 1 dof) for both metrics, and each seed's per-angle difference; no lines when no seed has both."""
+  done = {(*c.group[:3], c.method, c.seed): res for c, res in finished.items()}
   rows = []
   for group in dict.fromkeys(k[:3] for k in done):
     pairs = {k[4]: (r, done[(*group, "co2l", k[4])]) for k, r in sorted(done.items())

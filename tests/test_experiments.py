@@ -250,7 +250,7 @@ def test_gpu_queue_order_estimates_and_table_by_hand(tmp_path):
       "done", "failed", "missing"]
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * 120.0  # its method's slowest run
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("gm", 0)) == 1.25 * 120.0  # no GM run: any method's
-  # A cold run's compile time counts unless its group's programs were compiled earlier in the same call.
+  # A cold run's compile time counts unless its group's programs are in the --scratch cache (``warm``).
   res = json.loads((tmp_path / "sd_seed1" / "results.json").read_text())
   (tmp_path / "sd_seed1" / "results.json").write_text(json.dumps({**res, "timing": {"compile_s": 70.0}}))
   assert gpu_queue.expected_s(tmp_path, gpu_queue.Cell("sd", 3)) == 1.25 * (70.0 + 100.0)  # seed 0's rest: 100 s

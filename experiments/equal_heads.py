@@ -228,10 +228,10 @@ def _head_pairs(rows, point: str, label: str):
           and ("published", s) in by]
 
 
-def figure(rows, path) -> None:
+def figure(rows, path, paper: dict) -> None:
   """One panel per point: every run as a dot (× when flagged) and each cell's mean as a bar, methods along the
   x-axis, the published head left (hollow) and the centred head right (filled) of each method; raw pixels as a grey
-  line; on Rotated MNIST panels the paper-scale cells (both heads, 60,000 digits) at the right."""
+  line; on Rotated MNIST panels the paper-scale cells (``paper``: :func:`paper_scale`) at the right."""
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
@@ -240,7 +240,7 @@ def figure(rows, path) -> None:
     return
   fig, axes = plt.subplots(len(points), 1, figsize=(10, 4.2 * len(points)), squeeze=False)
   for ax, point in zip(axes[:, 0], points):
-    _panel(ax, point, [r for r in rows if r["point"] == point.name])
+    _panel(ax, point, [r for r in rows if r["point"] == point.name], paper)
   commits = ", ".join(sorted({r["commit"] for r in rows if r["commit"]}))
   cpus = "; ".join(sorted({r["cpu"] for r in rows if r.get("cpu")}))
   fig.text(0.01, 0.005, f"python -m experiments.equal_heads · {cpus} · runs of {commits} · drawn "
@@ -250,7 +250,7 @@ def figure(rows, path) -> None:
   plt.close(fig)
 
 
-def _panel(ax, point: studies.Point, rows) -> None:
+def _panel(ax, point: studies.Point, rows, paper: dict) -> None:
   labels = [v.label for v in studies.VARIANTS if any(r["method"] == v.label for r in rows)]
   for i, label in enumerate(labels):
     for head, dx, fill in (("published", -0.18, "none"), ("centred", 0.18, None)):
@@ -267,7 +267,7 @@ def _panel(ax, point: studies.Point, rows) -> None:
   ticks = list(labels)
   if point.scenario == "domain":
     x = len(labels)
-    for (label, head), accs in sorted(paper_scale().items()):
+    for (label, head), accs in sorted(paper.items()):
       dx = (-0.18 if label.startswith("SD") else 0.18) + (-0.07 if head == "published" else 0.07)
       ax.plot([x + dx] * len(accs), accs, "s" if label.startswith("SD") else "D", color="black",
               mfc="none" if head == "published" else "black", ms=6, label=_paper_label(label, head, accs))
@@ -298,10 +298,11 @@ def curve_cells(rows) -> dict:
   return out
 
 
-def curve(rows, path) -> None:
+def curve(rows, path, paper: dict) -> None:
   """The study at a glance: per-angle accuracy against digits per domain (log axis), one line per method and head
   (centred solid, published dashed), mean and std over seeds; a cell with a flagged run drawn hollow with its
-  count; the paper-scale cells (both heads, each seed a marker) at 60,000 digits."""
+  count; the paper-scale cells (``paper``: :func:`paper_scale`, both heads, each seed a marker) at 60,000
+  digits."""
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
@@ -319,7 +320,7 @@ def curve(rows, path) -> None:
       ax.plot(xi, mean, "o", color=color, mfc="none" if k else color, ms=6)
       if k:
         ax.annotate(f"†{k}/{n}", (xi, mean), textcoords="offset points", xytext=(4, -9), fontsize=6, color=color)
-  for (label, head), accs in sorted(paper_scale().items()):
+  for (label, head), accs in sorted(paper.items()):
     color = f"C{MAIN.index(label)}"
     ax.plot([PAPER_DIGITS * (0.97 if head == "published" else 1.03)] * len(accs), accs,
             "s" if label.startswith("SD") else "D", color=color, mfc="none" if head == "published" else color,
@@ -349,8 +350,9 @@ def report(out: pathlib.Path) -> None:
   rows = finished(out)
   write_text_atomic(out / "table.md", table(rows))
   write_json_atomic(out / "runs.json", rows)
-  figure(rows, out / "every_run.png")
-  curve(rows, out / "curve.png")
+  paper = paper_scale()
+  figure(rows, out / "every_run.png", paper)
+  curve(rows, out / "curve.png", paper)
 
 
 def run_all(out: pathlib.Path, points, heads, seeds, methods) -> None:

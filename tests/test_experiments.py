@@ -175,7 +175,7 @@ def test_equal_heads_curve_cells_by_hand(tmp_path):
   (d, mean, std, n, flagged), (d2, mean2, std2, n2, flagged2) = cells[("Co2L", "centred")]
   assert (d, mean, n, flagged, d2, mean2, n2, flagged2) == (600, 82.0, 2, 1, 1200, 90.0, 1, 0)
   np.testing.assert_allclose(std, np.std([80.0, 84.0], ddof=1))
-  equal_heads.curve(rows, tmp_path / "curve.png")
+  equal_heads.curve(rows, tmp_path / "curve.png", {("Co2L", "centred"): [92.0, 93.0]})
   assert (tmp_path / "curve.png").stat().st_size > 10_000
 
 

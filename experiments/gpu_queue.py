@@ -291,14 +291,15 @@ def write_table(out: pathlib.Path) -> None:
   rows, differ = [], set()
   pixels = _read(out / "raw_pixels.json")
   every = SEEN + queue()
-  finished = {c: json.loads((out / c.name / "results.json").read_text()) for c in every if state(out, c) == "done"}
+  ended = {c: res for c in every if (res := runner.outcome(out / c.name)) is not None}  # one read per cell
+  finished = {c: res for c, res in ended.items() if not runner.failed(res)}
   for group in sorted(dict.fromkeys(c.group for c in every), key=lambda g: (g[0], g[1] != "published",
                                                                             g[2] or 0, list(LABELS).index(g[3]))):
     memory, head, lam, method = group
     cells = [c for c in every if c.group == group]
     done = [c for c in cells if c in finished]
     res = [finished[c] for c in done]
-    failed = [c.name for c in cells if state(out, c) == "failed"]
+    failed = [c.name for c in cells if c in ended and c not in finished]
     if not res and not failed:
       continue
     for c in done:

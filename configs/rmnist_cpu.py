@@ -9,10 +9,10 @@ per class (600 per domain) of the 60,000-digit MNIST, the projection head's outp
 (``model.head_center``: on the published head SD collapses at its first later task in some seeds, and Co2L
 trains worse), and the converged L-BFGS read-out after the last task. Point d600 of results/equal_heads.
 
-Runtime: 4-6 minutes a run on 2 cores (train 250-330 s for the tables below, Intel Xeon; about 15 minutes on an
-AMD EPYC Zen 3 with AVX2 only, results/threats); 224 s now that freed
+Runtime: 4-6 minutes a run on 2 cores of an Intel Xeon (train 250-330 s for the tables below; 224 s now that freed
 memory is kept, 170 s with ``--config.train.tail_multiple=32``, each epoch's short last step at its 288 rows
-instead of 512 (BENCHMARKS.md; the tables were made without it: another float summation order, other digits).
+instead of 512: BENCHMARKS.md; the tables were made without it, another float summation order, other digits).
+Slower on an AMD EPYC Zen 3 with AVX2 only: results/threats' d600 cells trained in 335 s at the fastest.
 results/equal_heads (d600, centred head, Intel Xeon, 2026-11-28 and 29), per-angle / last-angle Domain-IL, mean
 (std) over seeds, flagged runs included:
 

@@ -66,7 +66,10 @@ def main(argv):
     config = _CONFIG.value
     config.to_dict()  # config_flags defers a failed load until first use
   except (OSError, ImportError, SyntaxError, AttributeError) as e:
-    print(f"error: cannot load --config: {errors.one_line(e)}", file=sys.stderr)
+    path = config_flags.get_config_filename(flags.FLAGS["config"])
+    # config_flags' own message lists every path it attempted, over several lines
+    reason = f"no such file '{path}'" if not os.path.isfile(path) else errors.one_line(e)
+    print(f"error: cannot load --config: {reason}", file=sys.stderr)
     sys.exit(2)
   try:
     # A bad value is one line before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib has no jax.

@@ -93,7 +93,7 @@ def test_a_changed_config_is_refused_unless_forced_and_never_restarts(changed_co
 
 @pytest.mark.parametrize("args,message", [
     (["--config.trian.lr=1"], "trian"),
-    (["--config=configs/nonexistent.py"], "nonexistent.py"),
+    (["--config=configs/nonexistent.py"], "error: cannot load --config: no such file 'configs/nonexistent.py'"),
     (["--config.dataset=cifar100"], "unknown dataset 'cifar100'"),
     (["--config.dataset=cifar10", "--config.data.data_dir=/nonexistent/dir"], "cifar-10-batches-bin"),
     (["--config.model.name=vgg"], "unknown model.name 'vgg'"),

@@ -16,7 +16,9 @@ import os
 import pathlib
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
+
+from lasp_jax import errors
 
 FLAGS = flags.FLAGS
 
@@ -89,4 +91,4 @@ if __name__ == "__main__":
   flags.DEFINE_string("out", "/tmp/lasp_behaviour", "Where the cases run and records.json is written.")
   flags.DEFINE_list("cases", None, "Some of the cases (default: all).")
   flags.DEFINE_string("compare", "", "A folder with an earlier records.json: compare against it.")
-  app.run(main)
+  errors.run_app(main)

@@ -22,10 +22,10 @@ import json
 import tempfile
 
 import jax
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from lasp_jax import train
+from lasp_jax import errors, train
 from lasp_jax.eval import evaluators, probe
 from lasp_jax.platform import xla_cache
 
@@ -82,4 +82,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  errors.run_app(main)

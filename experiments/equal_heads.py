@@ -27,9 +27,10 @@ import pathlib
 import sys
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import aggregate, gpu_queue, runner, studies
+from lasp_jax import errors
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -63,8 +64,8 @@ def _paper_label(label: str, head: str, accs) -> str:
 def define_flags() -> None:
   """The command line (defined when run as a script only: importing the module defines no flags)."""
   flags.DEFINE_list("points", ["d600"], f"Points to run, some of {[p.name for p in studies.EQUAL_HEADS_POINTS]}.")
-  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.")
-  flags.DEFINE_integer("first_seed", 0, "The first seed (--first_seed=3 --seeds=2: seeds 3 and 4).")
+  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.", lower_bound=1)
+  flags.DEFINE_integer("first_seed", 0, "The first seed (--first_seed=3 --seeds=2: seeds 3 and 4).", lower_bound=0)
   flags.DEFINE_list("methods", None, "Variant labels with '_' for ' ' (default: the main methods; Split points: "
                     "SD onlycurrent, Co2L, finetune).")
   flags.DEFINE_list("heads", list(studies.HEADS), "Heads, some of published, centred.")
@@ -381,9 +382,6 @@ def main(argv):
   heads = parse(FLAGS.heads, {h: h for h in studies.HEADS}, "heads")
   methods = parse([m.replace("_", " ") for m in FLAGS.methods or []],
                   {v.label: v.label for v in studies.VARIANTS}, "methods") or None
-  if FLAGS.seeds < 1 or FLAGS.first_seed < 0:
-    print("error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
-    sys.exit(2)
   from lasp_jax.platform import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
   xla_cache.enable(FLAGS.compile_cache)
@@ -397,4 +395,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

@@ -13,9 +13,10 @@ import datetime
 import json
 import pathlib
 
-from absl import app, flags
+from absl import flags
 
 from experiments import aggregate, studies
+from lasp_jax import errors
 from lasp_jax.loop.checkpoint import write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -103,4 +104,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.DEFINE_string("out", "results/findings", "Output folder.")
-  app.run(main)
+  errors.run_app(main)

@@ -14,6 +14,7 @@ import pathlib
 from absl import app, flags
 
 from experiments import aggregate
+from lasp_jax import errors
 from lasp_jax.eval import health
 from lasp_jax.loop.checkpoint import write_text_atomic
 
@@ -102,4 +103,4 @@ def main(argv):
 if __name__ == "__main__":
   flags.DEFINE_string("root", "results", "The folder whose results.json files are read.")
   flags.DEFINE_string("out", "results/health_audit.md", "The markdown table written.")
-  app.run(main)
+  errors.run_app(main)

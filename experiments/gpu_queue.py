@@ -38,10 +38,10 @@ import tempfile
 import time
 from typing import Optional
 
-from absl import app, flags
+from absl import flags
 
 from experiments import aggregate, runner
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -51,10 +51,11 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def define_flags() -> None:
   """The command line (defined when run as a script only)."""
   flags.DEFINE_string("out", "results/rmnist_paper", "Where finished cells are read from and written to.")
-  flags.DEFINE_integer("budget_s", 540, "Seconds this call may take; no cell starts that would not fit.")
-  flags.DEFINE_integer("parallel", 1, "Cells run at once on the device (1/N of its memory each).")
-  flags.DEFINE_integer("max_cells", 0, "Stop after this many cells (0: as many as the budget allows).")
-  flags.DEFINE_float("margin", 1.25, "A batch starts when the time left covers its measured parts x this.")
+  flags.DEFINE_integer("budget_s", 540, "Seconds this call may take; no cell starts that would not fit.", lower_bound=0)
+  flags.DEFINE_integer("parallel", 1, "Cells run at once on the device (1/N of its memory each).", lower_bound=1)
+  flags.DEFINE_integer("max_cells", 0, "Stop after this many cells (0: as many as the budget allows).", lower_bound=0)
+  flags.DEFINE_float("margin", 1.25, "A batch starts when the time left covers its measured parts x this.",
+                     lower_bound=1.0)
   flags.DEFINE_string("config", "configs/rmnist.py", "The run configuration (a tiny one for a CPU dry run).")
   flags.DEFINE_multi_string("set", [], "More overrides, key=value (--set=data.num_tasks=2), for every cell.")
   flags.DEFINE_bool("raw_pixels", True, "Fit each (seed, memory)'s raw-pixel baseline on the host meanwhile.")
@@ -374,8 +375,6 @@ def main(argv):
   out = pathlib.Path(FLAGS.out)
   bad = [s for s in FLAGS.set if "=" not in s]
   problems = ([f"--out {out} is not a folder"] if not out.is_dir() else []) + (
-      [f"--margin must be >= 1, got {FLAGS.margin}"] if FLAGS.margin < 1 else []) + (
-      [f"--parallel must be >= 1, got {FLAGS.parallel}"] if FLAGS.parallel < 1 else []) + (
       [f"--set {bad[0]}: expected key=value"] if bad else []) + (
       [f"--config {FLAGS.config} does not exist"] if not (REPO / FLAGS.config).is_file() else [])
   if problems:
@@ -393,4 +392,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

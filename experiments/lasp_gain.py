@@ -27,9 +27,10 @@ import pathlib
 import statistics
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import aggregate, runner, studies
+from lasp_jax import errors
 from lasp_jax.eval import health
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
@@ -40,7 +41,7 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """The command line (defined when run as a script only: importing the module defines no flags)."""
   flags.DEFINE_list("points", None, "Budget points to run (default: all of GAIN_POINTS, studies.py).")
-  flags.DEFINE_integer("seeds", 3, "Seeds per method and point.")
+  flags.DEFINE_integer("seeds", 3, "Seeds per method and point.", lower_bound=1)
   flags.DEFINE_list("methods", None, "Method labels to run, e.g. 'SD_onlypast,Co2L' (default: all of METHODS).")
   flags.DEFINE_string("out", "results/lasp_gain", "Output folder.")
   flags.DEFINE_bool("aggregate_only", False, "Tabulate and plot the finished runs only.")
@@ -249,4 +250,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

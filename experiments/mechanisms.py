@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import aggregate, studies
 from lasp_jax import config_lib, errors, provenance, train
@@ -42,7 +42,7 @@ FIRST_LATER = ("SD onlycurrent", "SD onlypast", "Co2L", "Co2L lambda5", "SD all 
 
 def define_flags() -> None:
   flags.DEFINE_string("point", "d600", "An equal_heads Rotated MNIST point.")
-  flags.DEFINE_integer("seed", 0, "Seed of every run.")
+  flags.DEFINE_integer("seed", 0, "Seed of every run.", lower_bound=0)
   flags.DEFINE_string("out", "results/equal_heads/mechanisms", "Output folder.")
   flags.DEFINE_list("parts", ["a", "b"], "a: the first later task; b: Co2L's whole run with every probe.")
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
@@ -227,4 +227,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

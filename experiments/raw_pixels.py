@@ -18,10 +18,10 @@ import json
 import sys
 import tempfile
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, train
+from lasp_jax import config_lib, errors, train
 from lasp_jax.errors import LaspError
 from lasp_jax.eval import baselines, evaluators
 from lasp_jax.loop import boundary, epochs
@@ -57,4 +57,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main)
+  errors.run_app(main)

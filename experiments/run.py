@@ -27,13 +27,13 @@ from absl import app, flags, logging
 
 from configs import cifar10, mnist5k, mnist5k_rot, rmnist, tiny, tinyimagenet
 from experiments import aggregate, plots, runner, subsets
-from lasp_jax import config_lib, report, train
+from lasp_jax import config_lib, errors, report, train
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("scale", "small", ["small", "paper", "tiny"], "Grid scale (tiny: smoke tests only).")
-flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).")
+flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).", lower_bound=1)
 flags.DEFINE_string("results", "results", "Output root.")
 flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
 flags.DEFINE_list("memories", None, "Memory sizes of the Table 1 grid (default: 200,500 at paper scale; 500, the "
@@ -337,4 +337,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_app(main)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import importlib
 import pathlib
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import aggregate, runner, studies
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 from lasp_jax.eval import health
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
@@ -32,7 +32,7 @@ def define_flags() -> None:
   """The command line (defined when run as a script only: importing the module defines no flags)."""
   flags.DEFINE_list("points", ["mnist5k", "mnist5k_rot", "rmnist_cpu_p1"],
                     "Configs (configs/<name>.py, or rmnist_cpu_p1: results/lasp_gain's p1) to compare.")
-  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1.")
+  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1.", lower_bound=1)
   flags.DEFINE_string("method", "sd", "Method of every run.")
   flags.DEFINE_string("results", "results/task_free", "Output folder.")
 
@@ -142,4 +142,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

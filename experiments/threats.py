@@ -33,11 +33,11 @@ import dataclasses
 import pathlib
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import aggregate, runner, studies
 from experiments.studies import EQUAL_HEADS_POINTS, Point, Variant
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 from lasp_jax.data import streams
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
@@ -354,8 +354,8 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
 
 def define_flags() -> None:
   flags.DEFINE_list("grids", ["lambda"], f"Grids to run, in order, some of {list(GRIDS)}.")
-  flags.DEFINE_integer("seeds", 3, "Seeds first_seed..first_seed+N-1 of every cell.")
-  flags.DEFINE_integer("first_seed", 0, "The first seed.")
+  flags.DEFINE_integer("seeds", 3, "Seeds first_seed..first_seed+N-1 of every cell.", lower_bound=1)
+  flags.DEFINE_integer("first_seed", 0, "The first seed.", lower_bound=0)
   flags.DEFINE_string("out", "results/threats", "Output folder.")
   flags.DEFINE_list("methods", None, "Only these cells of each grid, labels with '_' for ' ' (SD_lambda5).")
   flags.DEFINE_bool("aggregate_only", False, "Tabulate the finished runs only.")
@@ -366,9 +366,8 @@ def define_flags() -> None:
 def main(argv):
   del argv
   bad = [g for g in FLAGS.grids if g not in GRIDS]
-  if bad or FLAGS.seeds < 1 or FLAGS.first_seed < 0:
-    print(f"error: unknown --grids {', '.join(bad)} (expected some of {', '.join(GRIDS)})" if bad else
-          "error: --seeds must be >= 1 and --first_seed >= 0", file=sys.stderr)
+  if bad:
+    print(f"error: unknown --grids {', '.join(bad)} (expected some of {', '.join(GRIDS)})", file=sys.stderr)
     sys.exit(2)
   from lasp_jax.platform import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)
@@ -397,4 +396,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_app(main)

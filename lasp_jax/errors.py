@@ -1,4 +1,5 @@
-"""Errors that reach the user as one clear line (see ``main.py``), and the flag parsing that says them so."""
+"""Errors that reach the user as one clear line (see ``main.py``), and the flag parsing and script entry point
+that say them so."""
 
 import sys
 
@@ -52,3 +53,18 @@ def parse_flags(argv, usage: str = ""):
     message = f"error: cannot use the --config flag: {one_line(e)}"
   print(message, file=sys.stderr)
   sys.exit(2)
+
+
+def run_app(main, usage: str = "") -> None:
+  """``absl.app.run(main)`` for a command-line script: a bad flag (:func:`parse_flags`), or a :class:`LaspError`
+  or ``app.UsageError`` that ``main`` raises, is one line on stderr and exit code 2, never a traceback."""
+  from absl import app  # noqa: PLC0415  (the library's modules raise these errors without absl's app)
+
+  def checked(argv):
+    try:
+      return main(argv)
+    except (LaspError, app.UsageError) as e:
+      print(f"error: {one_line(e)}", file=sys.stderr)
+      sys.exit(2)
+
+  app.run(checked, flags_parser=lambda argv: parse_flags(argv, usage))

@@ -2,13 +2,11 @@
 
 import datetime
 import os
-import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
 from lasp_jax import config_lib, errors
-from lasp_jax.errors import LaspError
 from lasp_jax.platform import host_memory
 
 # Before JAX's backend starts: its threads take their malloc arenas then (host_memory.py).
@@ -50,11 +48,6 @@ example: lasp-jax --config=configs/mnist5k.py --baselines
 """
 
 
-def parse_flags(argv):
-  """Flag parsing that reports a bad config file or key in one line, no traceback; ``--help`` prints USAGE."""
-  return errors.parse_flags(argv, USAGE)
-
-
 def main(argv):
   del argv
   # Orbax logs every save at INFO, TFDS a WARNING line when it probes a data_dir: errors are one line.
@@ -69,23 +62,19 @@ def main(argv):
     path = config_flags.get_config_filename(flags.FLAGS["config"])
     # config_flags' own message lists every path it attempted, over several lines
     reason = f"no such file '{path}'" if not os.path.isfile(path) else errors.one_line(e)
-    print(f"error: cannot load --config: {reason}", file=sys.stderr)
-    sys.exit(2)
-  try:
-    # A bad value is one line before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib has no jax.
-    config_lib.validate(config_lib.resolved(config))
-    from lasp_jax import cli  # noqa: PLC0415  (jax loads here, after the config check)
-    cli.run_command(config, _WORKDIR.value or default_workdir(config), baselines=_BASELINES.value,
-                    compile_cache=_CACHE.value)
-  except LaspError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"cannot load --config: {reason}") from e
+  # A bad value is one line (errors.run_app) before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib
+  # has no jax.
+  config_lib.validate(config_lib.resolved(config))
+  from lasp_jax import cli  # noqa: PLC0415  (jax loads here, after the config check)
+  cli.run_command(config, _WORKDIR.value or default_workdir(config), baselines=_BASELINES.value,
+                  compile_cache=_CACHE.value)
 
 
 def run():
   """The ``lasp-jax`` console script: the same as ``python -m lasp_jax.main``."""
   flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=parse_flags)
+  errors.run_app(main, USAGE)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import tempfile
 import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import reference
 from lasp_jax import errors, provenance, train
@@ -46,14 +46,14 @@ def define_flags():
   """Defined only when run as a program (a test imports this module beside others with flags of these names)."""
   flags.DEFINE_string("reference", "../shared/reference", "The reference folder (refrun.sh, LASP/).")
   flags.DEFINE_string("scratch", None, "Scratch folder: the runner's venv, data, runs and logs.")
-  flags.DEFINE_integer("tasks", 10, "Domains (the paper: 20; the published SD finishes 10 in ~30 min).")
-  flags.DEFINE_integer("epochs_first", 100, "Epochs on task 0.")
-  flags.DEFINE_integer("epochs", 20, "Epochs on every later domain.")
-  flags.DEFINE_integer("probe_epochs", 100, "The published probe's epochs.")
+  flags.DEFINE_integer("tasks", 10, "Domains (the paper: 20; the published SD finishes 10 in ~30 min).", lower_bound=1)
+  flags.DEFINE_integer("epochs_first", 100, "Epochs on task 0.", lower_bound=1)
+  flags.DEFINE_integer("epochs", 20, "Epochs on every later domain.", lower_bound=1)
+  flags.DEFINE_integer("probe_epochs", 100, "The published probe's epochs.", lower_bound=1)
   flags.DEFINE_integer("test_per_class", 100, "Test digits per class (the published probe tests on them every "
-                       "epoch: ~8 s an epoch at 1,000 per class on 2 cores).")
+                       "epoch: ~8 s an epoch at 1,000 per class on 2 cores).", lower_bound=1)
   flags.DEFINE_list("methods", ["co2l", "sd"], "Published methods (co2l, sd, gm, sdgm).")
-  flags.DEFINE_integer("seed", 0, "Seed of both sides (the published side's angles follow from it).")
+  flags.DEFINE_integer("seed", 0, "Seed of both sides (the published side's angles follow from it).", lower_bound=0)
   flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
 
 
@@ -165,4 +165,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main, flags_parser=lambda argv: errors.parse_flags(argv, __doc__))
+  errors.run_app(main, __doc__)

@@ -27,7 +27,7 @@ import optax
 from absl import app, flags, logging
 
 from configs import cifar10, mnist5k
-from lasp_jax import config_lib, provenance, train
+from lasp_jax import config_lib, errors, provenance, train
 from lasp_jax.data import augment
 from lasp_jax.loop import boundary, epochs, steps
 from lasp_jax.loop.checkpoint import write_json_atomic
@@ -40,12 +40,14 @@ from perf import cpu_race, roofline
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool("quick", False, "Small shapes (CPU smoke run).")
-flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).")
-flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.")
-flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
+flags.DEFINE_integer("batch", 512, "Samples per train step (two views each).", lower_bound=2)
+flags.DEFINE_integer("eb_images", 1024, "Images for the EB benchmark.", lower_bound=1)
+flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).", lower_bound=1)
 flags.DEFINE_string("out", "benchmark_results.json", "JSON output (the measured machines' files: results/benchmarks/).")
-flags.DEFINE_string("only", "", "Comma-separated subset: step,search,eb,probe,task,aug,projection,cpu_race,dtype "
-                    "(cpu_race and dtype run only when named).")
+# The names --only takes; the last two run only when named ("task" rides with "probe": one section times both).
+SECTIONS = ("step", "search", "eb", "probe", "task", "aug", "projection", "cpu_race", "dtype")
+flags.DEFINE_string("only", "", f"Comma-separated subset: {','.join(SECTIONS)} (cpu_race and dtype run only when "
+                    "named).")
 flags.DEFINE_string("torch_python", "", "cpu_race: a python with torch + torchvision.")
 flags.DEFINE_enum("projection_dtype", "float32", ["float32", "bfloat16"], "compute_dtype of the projection.")
 flags.DEFINE_enum("conv", "auto", list(cpu_kernels.CONV_BACKWARD), "Convolution gradients (lasp_jax/model/conv.py).")
@@ -269,7 +271,10 @@ def _print_rows(rows):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  only = set(FLAGS.only.split(",")) if FLAGS.only else {"step", "search", "eb", "probe", "task", "aug", "projection"}
+  only = set(FLAGS.only.split(",")) if FLAGS.only else set(SECTIONS[:7])
+  if only - set(SECTIONS):
+    raise app.UsageError(f"unknown --only {','.join(sorted(only - set(SECTIONS)))}; expected some of "
+                         f"{','.join(SECTIONS)}")
   if "cpu_race" in only and not FLAGS.torch_python:  # before any section runs
     raise app.UsageError("--only=cpu_race needs --torch_python=PY (a python with torch)", exitcode=2)
   batch = 32 if FLAGS.quick else FLAGS.batch
@@ -310,4 +315,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_app(main)

@@ -29,10 +29,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from flax import linen as nn
 
-from lasp_jax import provenance
+from lasp_jax import errors, provenance
 from lasp_jax.loop import steps
 from lasp_jax.loop.checkpoint import write_json_atomic
 from lasp_jax.method import losses
@@ -49,8 +49,9 @@ def define_flags():
   one process, define the same names)."""
   flags.DEFINE_enum("net", "mnistnet", list(LAYERS), "The network of the step.")
   flags.DEFINE_string("torch_python", "", "A python with torch (the PyTorch side); empty: lasp_jax only.")
-  flags.DEFINE_integer("batch", 0, "Images per step (two views each); 0: 512 for mnistnet, 32 for resnet18.")
-  flags.DEFINE_integer("repeats", 7, "Timed calls per layer; the median counts.")
+  flags.DEFINE_integer("batch", 0, "Images per step (two views each); 0: 512 for mnistnet, 32 for resnet18.",
+                       lower_bound=0)
+  flags.DEFINE_integer("repeats", 7, "Timed calls per layer; the median counts.", lower_bound=1)
   flags.DEFINE_string("out", "", "JSON output (optional).")
 
 
@@ -287,4 +288,4 @@ def main(argv):
 
 if __name__ == "__main__":
   define_flags()
-  sys.exit(app.run(main))
+  errors.run_app(main)

@@ -14,18 +14,16 @@ One run, one machine: figures to compare, not to assert.
 
 from __future__ import annotations
 
-import sys
+from absl import flags, logging
 
-from absl import app, flags, logging
-
-from lasp_jax import provenance
+from lasp_jax import errors, provenance
 from lasp_jax.loop.checkpoint import write_json_atomic
 from lasp_jax.platform import xla_cache
 from perf import cpu_race, roofline
 
 _NET = flags.DEFINE_enum("net", "mnistnet", list(cpu_race.NETS), "The network of the step.")
-_BATCH = flags.DEFINE_integer("batch", 512, "Images per step (two views each).")
-_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per op; the median counts.")
+_BATCH = flags.DEFINE_integer("batch", 512, "Images per step (two views each).", lower_bound=1)
+_REPEATS = flags.DEFINE_integer("repeats", 7, "Timed calls per op; the median counts.", lower_bound=1)
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
 
 
@@ -67,4 +65,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  errors.run_app(main)

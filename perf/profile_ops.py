@@ -37,17 +37,17 @@ import time
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
-from absl import app, flags  # noqa: E402  (after XLA_FLAGS is set)
+from absl import flags  # noqa: E402  (after XLA_FLAGS is set)
 
-from lasp_jax import provenance  # noqa: E402  (after XLA_FLAGS is set)
+from lasp_jax import errors, provenance  # noqa: E402  (after XLA_FLAGS is set)
 from lasp_jax.loop.checkpoint import write_json_atomic  # noqa: E402  (after XLA_FLAGS is set)
 from perf import cpu_race, hlo_cost, roofline  # noqa: E402  (after XLA_FLAGS is set)
 
 _NET = flags.DEFINE_enum("net", "resnet18", list(cpu_race.NETS), "Which race net.")
-_BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).")
-_SPC = flags.DEFINE_integer("steps_per_call", 1, "Steps per compiled chunk.")
-_CALLS = flags.DEFINE_integer("calls", 2, "Traced calls after the warm-up call.")
-_TOP = flags.DEFINE_integer("top", 25, "Op kinds (with --bounds: instructions) printed.")
+_BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).", lower_bound=1)
+_SPC = flags.DEFINE_integer("steps_per_call", 1, "Steps per compiled chunk.", lower_bound=1)
+_CALLS = flags.DEFINE_integer("calls", 2, "Traced calls after the warm-up call.", lower_bound=1)
+_TOP = flags.DEFINE_integer("top", 25, "Op kinds (with --bounds: instructions) printed.", lower_bound=1)
 _BOUNDS = flags.DEFINE_bool("bounds", False, "Per instruction, against its roofline bound.")
 _OUT = flags.DEFINE_string("out", "", "JSON output of --bounds (optional).")
 
@@ -147,4 +147,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_app(main)

@@ -16,17 +16,17 @@ import tempfile
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from lasp_jax import train
+from lasp_jax import errors, train
 from lasp_jax.data import augment
 from lasp_jax.loop import steps
 from lasp_jax.method import pools
 from perf import roofline
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/mnist5k.py", "Run configuration.", lock_config=True)
-_REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per part.")
+_REPEATS = flags.DEFINE_integer("repeats", 10, "Timed calls per part.", lower_bound=1)
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -71,4 +71,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_app(main)

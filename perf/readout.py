@@ -8,14 +8,13 @@ Builds the run (an untrained network: the read-out's time does not depend on the
 a warm-up call that compiles. One run, one machine: figures to compare, not to assert.
 """
 
-import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, provenance, train
+from lasp_jax import config_lib, errors, provenance, train
 from lasp_jax.eval import evaluators
 from lasp_jax.loop.checkpoint import write_json_atomic
 from lasp_jax.platform import xla_cache
@@ -48,4 +47,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  errors.run_app(main)

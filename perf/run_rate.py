@@ -22,10 +22,10 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import config_lib, provenance, train
+from lasp_jax import config_lib, errors, provenance, train
 from lasp_jax.loop import steps
 from lasp_jax.loop.checkpoint import write_json_atomic
 from lasp_jax.method import pools
@@ -33,7 +33,7 @@ from lasp_jax.platform import xla_cache
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/rmnist_cpu.py", "The run's configuration.")
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
-_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls of the chunk alone.")
+_REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls of the chunk alone.", lower_bound=1)
 
 
 def chunk_seconds(ctx, carry, repeats: int, with_past: bool) -> float:
@@ -101,4 +101,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.exit(app.run(main))
+  errors.run_app(main)

@@ -19,7 +19,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from lasp_jax import errors
 from lasp_jax.model import conv as conv_lib
@@ -27,9 +27,9 @@ from lasp_jax.model import winograd
 from perf import cpu_race, roofline
 
 _TORCH = flags.DEFINE_string("torch_python", "", "A python with torch + torchvision (the peer); '' = lasp_jax only.")
-_BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).")
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds of every lasp_jax variant.")
-_TORCH_STEPS = flags.DEFINE_integer("torch_steps", 3, "PyTorch timed steps per variant.")
+_BATCH = flags.DEFINE_integer("batch", 32, "Samples per step (two views each).", lower_bound=1)
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Interleaved rounds of every lasp_jax variant.", lower_bound=1)
+_TORCH_STEPS = flags.DEFINE_integer("torch_steps", 3, "PyTorch timed steps per variant.", lower_bound=1)
 
 VARIANTS = (0, 2, 4)
 # ResNet-18 on 32x32 images: each stage's 3x3 stride-1 convolution (side, channels).
@@ -80,4 +80,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=lambda argv: errors.parse_flags(argv, __doc__))
+  errors.run_app(main, __doc__)

@@ -340,7 +340,7 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   assert again.returncode == 0 and "next ['co2l_centred_seed0'] needs" in again.stdout, again.stdout
   assert not (tmp_path / "co2l_centred_seed0").exists()
   assert len(json.loads((tmp_path / "queue_log.json").read_text())) == 1
-  bad = call("--parallel=0")
-  assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --parallel must be >= 1, got 0"]
-  bad = call("--margin=0.5")
-  assert bad.returncode == 2 and bad.stderr.strip().splitlines() == ["error: --margin must be >= 1, got 0.5"]
+  for arg, line in [("--parallel=0", "error: flag --parallel=0: 0 is not a positive integer"),
+                    ("--margin=0.5", "error: flag --margin=0.5: 0.5 is not number >= 1.0")]:
+    bad = call(arg)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [line]

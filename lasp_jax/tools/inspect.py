@@ -10,7 +10,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 from PIL import Image
 
@@ -21,7 +21,7 @@ from lasp_jax.method import memory as memory_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 _OUT = flags.DEFINE_string("out", "augmented_views.png", "PNG grid of augmented view pairs.")
-_PAIRS = flags.DEFINE_integer("pairs", 16, "How many samples (each shown as its two views).")
+_PAIRS = flags.DEFINE_integer("pairs", 16, "How many samples (each shown as its two views).", lower_bound=1)
 
 
 def describe(config, stream) -> str:
@@ -81,4 +81,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=errors.parse_flags)
+  errors.run_app(main)

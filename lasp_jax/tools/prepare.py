@@ -16,8 +16,9 @@ import urllib.request
 import zipfile
 
 import tqdm
-from absl import app, flags
+from absl import flags
 
+from lasp_jax import errors
 from lasp_jax.data.sources import file_digest
 from lasp_jax.errors import DataError
 
@@ -83,4 +84,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_app(main)

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from perf import against_published
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -33,10 +35,15 @@ def test_a_run_killed_after_a_section_keeps_its_rows_marked_incomplete(tmp_path)
   assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]  # no temporary file left behind
 
 
-def test_race_without_torch_python_is_refused_before_any_section():
-  proc = subprocess.run([sys.executable, "-m", "perf.benchmark", "--only=aug,cpu_race", "--quick",
+@pytest.mark.parametrize("only,line", [
+    ("aug,cpu_race", "error: --only=cpu_race needs --torch_python=PY (a python with torch)"),
+    ("aug,nope", "error: unknown --only nope; expected some of "
+                 "step,search,eb,probe,task,aug,projection,cpu_race,dtype"),
+])
+def test_a_race_without_torch_python_or_an_unknown_section_is_refused_before_any_section(only, line):
+  proc = subprocess.run([sys.executable, "-m", "perf.benchmark", f"--only={only}", "--quick",
                          "--out=/nonexistent/dir/b.json"], cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 2 and "--torch_python" in proc.stderr
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line]
 
 
 def test_the_race_against_the_published_code_refuses_a_missing_reference_in_one_line(tmp_path):

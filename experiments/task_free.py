@@ -133,6 +133,10 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable("~/.cache/lasp_jax/xla")
+  configs = pathlib.Path(__file__).resolve().parents[1] / "configs"
+  unknown = [p for p in FLAGS.points if p != "rmnist_cpu_p1" and not (configs / f"{p}.py").is_file()]
+  if unknown:
+    raise errors.ConfigError(f"unknown --points {', '.join(unknown)}: expected rmnist_cpu_p1 or a configs/<name>.py")
   root = pathlib.Path(FLAGS.results)
   table, runs = collect(root, FLAGS.points, FLAGS.seeds, FLAGS.method)
   write_text_atomic(root / "table.md", "\n".join(table))

@@ -1,9 +1,11 @@
 """Errors that reach the user as one clear line (see ``main.py``), and the flag parsing and script entry point
 that say them so."""
 
+import os
 import sys
 
 from absl import flags
+from ml_collections.config_flags import config_flags  # the module: is_config_flag is not re-exported
 
 
 class LaspError(Exception):
@@ -44,7 +46,11 @@ def parse_flags(argv, usage: str = ""):
     print(usage, end="")
     sys.exit(0)
   try:
-    return flags.FLAGS(argv)
+    parsed = flags.FLAGS(argv)
+    _load_config_files()
+    return parsed
+  except ConfigError as e:
+    message = f"error: {e}"
   except flags.Error as e:
     message = f"error: {one_line(e)}"
   except KeyError as e:  # a misspelled --config.key on the locked ConfigDict
@@ -53,6 +59,21 @@ def parse_flags(argv, usage: str = ""):
     message = f"error: cannot use the --config flag: {one_line(e)}"
   print(message, file=sys.stderr)
   sys.exit(2)
+
+
+def _load_config_files() -> None:
+  """Loads every config-file flag's file now: config_flags defers a failed load until the config's first use."""
+  for name in list(flags.FLAGS):
+    flag = flags.FLAGS[name]
+    if not config_flags.is_config_flag(flag) or flag.value is None:
+      continue
+    try:
+      flag.value.to_dict()
+    except (OSError, ImportError, SyntaxError, AttributeError) as e:
+      path = config_flags.get_config_filename(flag)
+      # config_flags' own message lists every path it attempted, over several lines
+      reason = f"no such file '{path}'" if not os.path.isfile(path) else one_line(e)
+      raise ConfigError(f"cannot load --{name}: {reason}") from e
 
 
 def run_app(main, usage: str = "") -> None:

@@ -55,14 +55,7 @@ def main(argv):
   if _MULTIHOST.value:
     import jax  # noqa: PLC0415  (only for several hosts; the config check below runs before jax loads)
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
-  try:
-    config = _CONFIG.value
-    config.to_dict()  # config_flags defers a failed load until first use
-  except (OSError, ImportError, SyntaxError, AttributeError) as e:
-    path = config_flags.get_config_filename(flags.FLAGS["config"])
-    # config_flags' own message lists every path it attempted, over several lines
-    reason = f"no such file '{path}'" if not os.path.isfile(path) else errors.one_line(e)
-    raise errors.ConfigError(f"cannot load --config: {reason}") from e
+  config = _CONFIG.value  # loaded by errors.parse_flags: a missing or broken file was one line there
   # A bad value is one line (errors.run_app) before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib
   # has no jax.
   config_lib.validate(config_lib.resolved(config))

@@ -38,8 +38,10 @@ def test_every_script_enters_through_run_app_and_bounds_its_integer_flags():
 SCRIPT = """
 import sys
 from absl import app, flags
+from ml_collections import config_flags
 from lasp_jax import errors
 flags.DEFINE_integer("seeds", 3, "", lower_bound=1)
+config_flags.DEFINE_config_file("cfg", None, "")
 def main(argv):
   if flags.FLAGS.seeds == 2:
     raise errors.ConfigError("two seeds\\nare refused")
@@ -56,6 +58,9 @@ errors.run_app(main)
     ("--sedes=4", 2, "", "error: Unknown command line flag 'sedes'. Did you mean: seeds ?"),
     ("--seeds=2", 2, "", "error: two seeds are refused"),
     ("--seeds=3", 2, "", "error: three seeds are refused too"),
+    # config_flags would defer this one to the config's first use in main, and raise there
+    ("--cfg=configs/nope.py", 2, "", "error: cannot load --cfg: no such file 'configs/nope.py'"),
+    ("--cfg=configs/tiny.py", 2, "", "error: three seeds are refused too"),  # loaded: main ran
 ])
 def test_run_app_says_a_bad_flag_or_a_refusal_in_one_line_with_exit_2(arg, code, out, err):
   got = subprocess.run([sys.executable, "-c", SCRIPT, arg], cwd=REPO, capture_output=True, text=True, timeout=60)

@@ -8,9 +8,9 @@ the same programs, so an experiment grid or a rerun pays compilation once.
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
-from absl import logging
 
 DEFAULT_DIR = "~/.cache/lasp_jax/xla"
 
@@ -19,7 +19,8 @@ def enable(path: str = DEFAULT_DIR, min_compile_secs: float = 0.5) -> str | None
   """Turns the cache on at ``path`` unless one is configured already; returns the directory in use.
 
   An empty ``path`` leaves the cache off. A cache directory that cannot be
-  created only costs speed, so it logs a warning rather than failing the run.
+  created only costs speed, so it is one warning line on stderr rather than a failed run (on stderr, not the
+  log: the command line logs errors only).
   """
   current = jax.config.jax_compilation_cache_dir  # set by JAX_COMPILATION_CACHE_DIR, e.g. in tests
   if current or not path:
@@ -28,7 +29,7 @@ def enable(path: str = DEFAULT_DIR, min_compile_secs: float = 0.5) -> str | None
   try:
     os.makedirs(path, exist_ok=True)
   except OSError as e:
-    logging.warning("compilation cache off: cannot create %s (%s)", path, e)
+    print(f"warning: compilation cache off: cannot create {path} ({e.strerror or e})", file=sys.stderr)
     return None
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_secs)

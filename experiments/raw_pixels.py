@@ -15,14 +15,12 @@ Prints one line of JSON.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 
 from absl import flags, logging
 from ml_collections import config_flags
 
 from lasp_jax import config_lib, errors, train
-from lasp_jax.errors import LaspError
 from lasp_jax.eval import baselines, evaluators
 from lasp_jax.loop import boundary, epochs
 
@@ -46,11 +44,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
   config = _CONFIG.value
-  try:
-    pixels = raw_pixels(config)
-  except LaspError as e:  # a bad config value or missing data: one line, as lasp_jax.main says it
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  pixels = raw_pixels(config)  # a bad config value or missing data (LaspError): one line, errors.run_app
   print(json.dumps({"dataset": config.dataset, "seed": config.seed, "num_tasks": config.data.num_tasks,
                     "memory_size": config.memory.size, **pixels}))
 

@@ -16,7 +16,6 @@ from PIL import Image
 
 from lasp_jax import config_lib, errors
 from lasp_jax.data import augment
-from lasp_jax.errors import LaspError
 from lasp_jax.method import memory as memory_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
@@ -71,7 +70,7 @@ def main(argv):
     config = _CONFIG.value
     config_lib.validate(config)
     dataset, stream = streams.load(config)
-  except (LaspError, OSError, ImportError, SyntaxError, AttributeError) as e:  # a bad config or missing data
+  except (OSError, ImportError, SyntaxError, AttributeError) as e:  # missing data (a LaspError: errors.run_app)
     print(f"error: {errors.one_line(e)}", file=sys.stderr)
     sys.exit(2)
   print(describe(config, stream))

@@ -78,7 +78,7 @@ def main(argv):
   del argv
   try:
     prepare(FLAGS.value, DATA_DIR.value)
-  except (DataError, OSError) as e:  # a bad name, a failed download or checksum: one line, exit 2
+  except OSError as e:  # a failed download: one line, exit 2 (a bad name or checksum, DataError: errors.run_app)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 

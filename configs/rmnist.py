@@ -20,7 +20,8 @@ A probe after every task adds about 19 x 6 s, the raw-pixel baseline about a min
 cores a later-task epoch takes ~50 s: hours per run.
 Measured (seed 0, probe after the last task; results/rmnist_paper/): published head: SD searched on onlypast
 94.43 (per-angle test) / 97.73 (last angle), Co2L 81.14 / 94.74; centred head (``model.head_center=True``): SD
-93.50 / 98.21, Co2L 92.73 / 98.79; raw pixels 45.47.
+93.50 / 98.21, Co2L 92.73 / 98.79; raw pixels 45.47. Seed 1, centred head: SD 93.72 / 98.79, Co2L
+94.10 / 99.14 (329 s and 306 s cold).
 
 Paper (Table 1), Domain-IL: memory 200: Co2L 97.90 (1.92), SD 98.80 (0.26),
 GM 97.29 (0.59), SD+GM 96.68 (0.55); memory 500: Co2L 98.65 (0.31), SD 98.43 (0.38),

@@ -13,9 +13,11 @@ process. A cell starts only if the budget left covers its expected time (the slo
 or of any method, x 1.25, its compile time left out once the cache in --scratch holds the cell's programs; 180 s
 before any run): on an H200 a cold cell takes 4.7 (Co2L) to 6.5 (SD) minutes, about 60 % of it compiling, so
 cold SD and Co2L cells one after another do not fit in one 10-minute call. ``--parallel=N`` runs N cells at once
-on the one device (their compiles overlap on the host's cores), each with 1/N of its memory
+on the one device (their compiles would overlap on the host's cores), each with 1/N of its memory
 (``XLA_PYTHON_CLIENT_MEM_FRACTION``); every batch's wall time goes to ``queue_log.json``, so one seed's time and
-N seeds' time are measured under the same code.
+N seeds' time are measured under the same code. On the lent H200 of 2026-12-04 the second process of a batch of 2
+found no CUDA device (the GPU admitted one process): a cell that cannot open the device sends the rest of the call
+to one cell at a time.
 
 A finished cell leaves ``<out>/<cell>/{results.json,config.json,log.txt}``; a non-finite loss leaves
 ``FAILED.json`` (the error; not retried); an interrupted cell leaves nothing (the next call reruns it). The
@@ -233,6 +235,12 @@ def run_batch(out: pathlib.Path, scratch: pathlib.Path, cells, extra, limit_s: f
   return ended
 
 
+def _no_device(scratch: pathlib.Path, cell) -> bool:
+  """Whether ``cell``'s process failed to open the accelerator (another process of its batch held it)."""
+  log = scratch / f"{cell.name}.log"
+  return log.exists() and "Unable to initialize backend" in log.read_text()
+
+
 def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel: int, max_cells: int,
             extra: list[str], with_raw_pixels: bool, margin: float = 1.25) -> None:
   """Runs batches of the next missing cells while the budget covers them; logs each batch's wall time."""
@@ -264,7 +272,11 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
     write_json_atomic(out / "queue_log.json", log)
     done += len(todo)
     write_table(out)
-    if len(ended) < len(todo):
+    if len(todo) > 1 and any(_no_device(scratch, c) for c in todo if c.name not in ended):
+      # The device admits one process at a time (an exclusive compute mode): the rest go one by one.
+      print(f"queue: a cell of {len(todo)} found no device; --parallel=1 from here", flush=True)
+      parallel = 1
+    elif len(ended) < len(todo):
       break  # an overrun or a crash: stop and leave the log to read
   collect_raw_pixels(out, pixels, max(0.0, budget_s - (time.time() - t0) - 5))
   write_table(out)

@@ -7,8 +7,9 @@
 # put in front of the image's and the queue is run again.
 #   OUT=/some/dir BUDGET=585 bash perf/gpu_queue.sh [more experiments.gpu_queue flags, e.g. --parallel=2]
 # Measured on an H200 (2026-12-04): a cold SD cell 392 s, a cold Co2L cell 281 s, about 60 % compiling; two cold
-# cells of different methods run one after another do not fit one 10-minute call, run at once (--parallel=2)
-# their compiles overlap on the host's cores. XLA_FLAGS set by the caller reach every cell (and its provenance).
+# cells of different methods run one after another do not fit one 10-minute call; --parallel=2 would overlap their
+# compiles, but on that machine the second process found no CUDA device (the compute mode is logged below), so
+# the queue goes on one cell at a time. XLA_FLAGS set by the caller reach every cell (and its provenance).
 set -u
 OUT=${OUT:-/tmp/gpu_queue}
 BUDGET=${BUDGET:-585}
@@ -22,6 +23,7 @@ queue() {
   echo "=== queue rc=$?" | tee -a "$log"
 }
 nvidia-smi -L >>"$log" 2>&1
+nvidia-smi --query-gpu=compute_mode --format=csv >>"$log" 2>&1
 python3 -c "import jax, flax, optax, orbax.checkpoint as o; print('jax', jax.__version__, jax.devices(), 'flax',
 flax.__version__, 'optax', optax.__version__, 'orbax', o.__version__)" >>"$log" 2>&1
 before=$(done_cells)

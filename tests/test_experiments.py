@@ -296,6 +296,29 @@ def test_equal_heads_reads_the_paper_scale_cells_by_head_and_skips_others(tmp_pa
                                                ("Co2L", "centred"): [92.0]}
 
 
+def test_gpu_queue_goes_one_cell_at_a_time_when_a_batch_cell_finds_no_device(tmp_path, monkeypatch):
+  out, scratch, batches = tmp_path / "out", tmp_path / "scratch", []
+  out.mkdir(), scratch.mkdir()
+
+  def fake_batch(out_, scratch_, cells, extra, limit_s):  # the first cell runs, a second cannot open the device
+    batches.append([c.name for c in cells])
+    for i, c in enumerate(cells):
+      (scratch_ / f"{c.name}.log").write_text(
+          "RuntimeError: Unable to initialize backend 'cuda'" if i else "done")
+    _queue_cell(out_, cells[0].name, cells[0].seed, 90.0, 95.0, 10.0)
+    return [cells[0].name]
+
+  monkeypatch.setattr(gpu_queue, "run_batch", fake_batch)
+  gpu_queue.advance(out, scratch, budget_s=10_000, parallel=2, max_cells=3, extra=[], with_raw_pixels=False)
+  assert batches == [["sd_centred_seed0", "co2l_centred_seed0"], ["co2l_centred_seed0"]]
+  # Any other failure in a batch (no results, no device message) stops the call as before.
+  (scratch / "co2l_centred_seed1.log").write_text("killed")
+  batches.clear()
+  monkeypatch.setattr(gpu_queue, "run_batch", lambda o, s, cells, e, l: batches.append(len(cells)) or [])
+  gpu_queue.advance(out, scratch, budget_s=10_000, parallel=2, max_cells=0, extra=[], with_raw_pixels=False)
+  assert batches == [2]
+
+
 def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path):
 
   class Printed:

@@ -70,8 +70,7 @@ def main(argv):
   out = pathlib.Path(FLAGS.out)
   unknown = [c for c in FLAGS.cases or [] if c not in CASES]
   if unknown:
-    print(f"error: unknown --cases {', '.join(unknown)}; expected some of {', '.join(CASES)}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --cases {', '.join(unknown)}; expected some of {', '.join(CASES)}")
   out.mkdir(parents=True, exist_ok=True)
   records = {name: run_case(name, out) for name in FLAGS.cases or CASES}
   (out / "records.json").write_text(json.dumps(records, sort_keys=True))

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
-import sys
 
 import numpy as np
 from absl import flags, logging
@@ -371,8 +370,7 @@ def run_all(out: pathlib.Path, points, heads, seeds, methods) -> None:
 def parse(names, known, what) -> list:
   bad = [n for n in names if n not in known]
   if bad:
-    print(f"error: unknown --{what} {', '.join(bad)}; expected some of {', '.join(known)}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --{what} {', '.join(bad)}; expected some of {', '.join(known)}")
   return [known[n] for n in names]
 
 

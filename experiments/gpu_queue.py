@@ -390,8 +390,7 @@ def main(argv):
       [f"--set {bad[0]}: expected key=value"] if bad else []) + (
       [f"--config {FLAGS.config} does not exist"] if not (REPO / FLAGS.config).is_file() else [])
   if problems:
-    print(f"error: {problems[0]}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(problems[0])
   if not FLAGS.table_only:
     with tempfile.TemporaryDirectory() as tmp:
       scratch = pathlib.Path(FLAGS.scratch or tmp)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import datetime
 import pathlib
 import statistics
-import sys
 
 from absl import flags, logging
 
@@ -230,14 +229,12 @@ def main(argv):
   names = FLAGS.points or list(known)
   bad = [n for n in names if n not in known]
   if bad:
-    print(f"error: unknown --points {', '.join(bad)}; expected some of {', '.join(known)}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --points {', '.join(bad)}; expected some of {', '.join(known)}")
   labels = [m.replace("_", " ") for m in (FLAGS.methods or [m[0] for m in METHODS])]
   unknown = sorted(set(labels) - {m[0] for m in METHODS})
   if unknown:
-    print(f"error: unknown --methods {', '.join(unknown)}; expected some of "
-          f"{', '.join(m[0].replace(' ', '_') for m in METHODS)}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --methods {', '.join(unknown)}; expected some of "
+                             f"{', '.join(m[0].replace(' ', '_') for m in METHODS)}")
   logging.set_verbosity(logging.ERROR)  # Orbax logs every save at INFO
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)

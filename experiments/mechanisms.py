@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import sys
 import tempfile
 
 import jax
@@ -199,12 +198,10 @@ def main(argv):
   del argv
   points = {p.name: p for p in studies.EQUAL_HEADS_POINTS if p.scenario == "domain"}
   if FLAGS.point not in points:
-    print(f"error: unknown --point {FLAGS.point}; expected one of {', '.join(points)}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --point {FLAGS.point}; expected one of {', '.join(points)}")
   bad = sorted(set(FLAGS.parts) - {"a", "b"})
   if bad:
-    print(f"error: unknown --parts {', '.join(bad)}; expected some of a, b", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --parts {', '.join(bad)}; expected some of a, b")
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable(FLAGS.compile_cache)
   out = pathlib.Path(FLAGS.out)

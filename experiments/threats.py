@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import sys
 
 from absl import flags, logging
 
@@ -332,9 +331,8 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
     # while the other's grid finishes.
     chosen = {m: w for m, (w, _) in choose(finished(out)).items()}
     if not chosen:
-      print("error: --grids=tuned needs a method's whole lambda grid (every lambda, the same seeds) finished first",
-            file=sys.stderr)
-      sys.exit(2)
+      raise errors.ConfigError("--grids=tuned needs a method's whole lambda grid (every lambda, the same seeds) "
+                               "finished first")
     waiting = [m for m in METHODS if m not in chosen]
     if waiting:
       print(f"tuned: {', '.join(waiting)} not chosen yet (its lambda grid is not whole); running "
@@ -367,8 +365,7 @@ def main(argv):
   del argv
   bad = [g for g in FLAGS.grids if g not in GRIDS]
   if bad:
-    print(f"error: unknown --grids {', '.join(bad)} (expected some of {', '.join(GRIDS)})", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(f"unknown --grids {', '.join(bad)} (expected some of {', '.join(GRIDS)})")
   from lasp_jax.platform import xla_cache  # noqa: PLC0415  (jax after the flags are checked)
   logging.set_verbosity(logging.ERROR)
   xla_cache.enable(FLAGS.compile_cache)
@@ -377,8 +374,7 @@ def main(argv):
   if FLAGS.gm_run:
     res = runner.outcome(FLAGS.gm_run)
     if res is None or runner.failed(res) or not res.get("boundaries") or "gamma_by_layer" not in res["boundaries"][0]:
-      print(f"error: --gm_run {FLAGS.gm_run} holds no finished GM run with gamma per weight", file=sys.stderr)
-      sys.exit(2)
+      raise errors.ConfigError(f"--gm_run {FLAGS.gm_run} holds no finished GM run with gamma per weight")
     dest = out / "gm_boundary"
     dest.mkdir(exist_ok=True)
     for name in ("config.json", "results.json"):

@@ -144,8 +144,7 @@ def main(argv):
              "--scratch is required (the runner's venv, data and runs go there)" if not FLAGS.scratch else
              f"unknown --methods {', '.join(bad)}; expected some of {', '.join(reference.METHOD)}" if bad else None)
   if problem:
-    print(f"error: {problem}", file=sys.stderr)
-    sys.exit(2)
+    raise errors.ConfigError(problem)
   scratch = pathlib.Path(FLAGS.scratch).resolve()
   idx = scratch / "idx_d600"
   write_idx(idx, FLAGS.test_per_class)

@@ -34,6 +34,8 @@ if [ "$(done_cells)" = "$before" ] && crashed && (( $(budget_left) > 240 )) && l
     .whl2/*.whl && export PYTHONPATH=/tmp/site2:${PYTHONPATH:-}
   queue "$(budget_left)" "$@"
 fi
+# The compilation cache's size: whether it could travel to the next machine (the working tree's 64 MiB cap).
+du -sh /tmp/gpu_queue_scratch/xla_cache >>"$log" 2>&1
 tar czf "$OUT/rmnist_paper.tgz" -C "$(dirname "$Q")" --transform "s|^$(basename "$Q")|rmnist_paper|" "$(basename "$Q")" 2>>"$log"
 cat "$Q/table.md" 2>/dev/null
 grep -h "rc=\|queue:\|error" "$log" || true

@@ -2,6 +2,7 @@
 
     python -m experiments.gpu_queue --out=results/rmnist_paper --budget_s=540   # as many cells as fit in 540 s
     python -m experiments.gpu_queue --table_only                               # table.md from the finished cells
+    python -m experiments.gpu_queue --land=A.tgz --land=B.tgz   # what GPU calls returned (perf/gpu_queue.sh)
 
 Cells, in this order (``queue()``): SD and Co2L on the centred head (``model.head_center=True``) seeds 0-2, the cells
 that decide results/equal_heads' verdict at the paper's scale; SD and Co2L seeds 1-4 at memory 200 (seed 0 of both
@@ -36,6 +37,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from typing import Optional
@@ -63,6 +65,8 @@ def define_flags() -> None:
   flags.DEFINE_bool("raw_pixels", True, "Fit each (seed, memory)'s raw-pixel baseline on the host meanwhile.")
   flags.DEFINE_bool("table_only", False, "Rewrite table.md from the finished cells and stop.")
   flags.DEFINE_string("scratch", "", "Work folder for checkpoints (default: a temporary folder).")
+  flags.DEFINE_multi_string("land", [], "rmnist_paper.tgz files GPU calls returned: their new cells, queue_log "
+                            "entries and raw-pixel fits go into --out, then table.md is rewritten; nothing runs.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,6 +386,31 @@ def _read(path: pathlib.Path, default=None):
   return json.loads(path.read_text()) if path.exists() else ({} if default is None else default)
 
 
+def land(out: pathlib.Path, archive: pathlib.Path) -> list[str]:
+  """Merges one GPU call's returned folder (``archive``: perf/gpu_queue.sh's rmnist_paper.tgz) into ``out``: the
+  cells it finished or failed that ``out`` lacks, its queue_log entries that ``out`` lacks (in its order), its
+  raw-pixel fits of seeds ``out`` has none for. Cells ``out`` has are kept: two calls that started from the same
+  committed folder each return every older cell. Returns the cells landed."""
+  with tempfile.TemporaryDirectory() as tmp:
+    try:
+      with tarfile.open(archive) as tar:
+        tar.extractall(tmp, filter="data")
+    except (OSError, tarfile.TarError) as e:
+      raise errors.DataError(f"cannot unpack --land {archive}: {errors.one_line(e)}") from None
+    src = pathlib.Path(tmp) / "rmnist_paper"
+    if not src.is_dir():
+      raise errors.DataError(f"--land {archive} holds no rmnist_paper/ folder")
+    landed = [c.name for c in sorted(src.iterdir()) if c.is_dir() and not (out / c.name).exists()
+              and runner.outcome(c) is not None]
+    for name in landed:
+      shutil.copytree(src / name, out / name)
+    log = _read(out / "queue_log.json", [])
+    log += [b for b in _read(src / "queue_log.json", []) if b not in log]
+    write_json_atomic(out / "queue_log.json", log)
+    write_json_atomic(out / "raw_pixels.json", {**_read(src / "raw_pixels.json"), **_read(out / "raw_pixels.json")})
+  return landed
+
+
 def main(argv):
   del argv
   out = pathlib.Path(FLAGS.out)
@@ -391,7 +420,9 @@ def main(argv):
       [f"--config {FLAGS.config} does not exist"] if not (REPO / FLAGS.config).is_file() else [])
   if problems:
     raise errors.ConfigError(problems[0])
-  if not FLAGS.table_only:
+  for archive in FLAGS.land:
+    print(f"{archive}: landed {land(out, pathlib.Path(archive)) or 'no new cell'}")
+  if not (FLAGS.table_only or FLAGS.land):
     with tempfile.TemporaryDirectory() as tmp:
       scratch = pathlib.Path(FLAGS.scratch or tmp)
       scratch.mkdir(parents=True, exist_ok=True)

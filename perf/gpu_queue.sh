@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # experiments.gpu_queue in one GPU call: the next missing paper-scale R-MNIST cells (the centred-head pair first,
 # see the module's docstring), with a shared compilation cache; the cells' folder comes back as
-# $OUT/rmnist_paper.tgz (unpack it over results/), the output in $OUT/log.txt. The folder and the cache live in
+# $OUT/rmnist_paper.tgz (`python -m experiments.gpu_queue --land=FILE` merges it into
+# results/rmnist_paper), the output in $OUT/log.txt. The folder and the cache live in
 # /tmp on the machine, so a second call while it is still warm goes on from the first with the cache filled.
 # If a cell crashed and none finished, and time is left, the pinned flax/optax/chex/orbax in .whl2/ (if any) are
 # put in front of the image's and the queue is run again.

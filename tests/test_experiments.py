@@ -3,6 +3,7 @@
 import importlib
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from configs import rmnist_cpu
 from experiments import aggregate, equal_heads, gpu_queue, lasp_gain, reference, run, runner, studies, subsets
-from lasp_jax import config_lib
+from lasp_jax import config_lib, errors
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -317,6 +318,40 @@ def test_gpu_queue_goes_one_cell_at_a_time_when_a_batch_cell_finds_no_device(tmp
   monkeypatch.setattr(gpu_queue, "run_batch", lambda o, s, cells, e, l: batches.append(len(cells)) or [])
   gpu_queue.advance(out, scratch, budget_s=10_000, parallel=2, max_cells=0, extra=[], with_raw_pixels=False)
   assert batches == [2]
+
+
+def test_gpu_queue_lands_what_two_calls_returned_once_each(tmp_path):
+  import tarfile  # noqa: PLC0415
+  out = tmp_path / "results"
+  _queue_cell(out, "sd_centred_seed0", 0, 93.0, 98.0, 300.0)
+  old = {"cells": ["sd_centred_seed0"], "ended": ["sd_centred_seed0"], "parallel": 1, "wall_s": 300.0}
+  (out / "queue_log.json").write_text(json.dumps([old]))
+  (out / "raw_pixels.json").write_text(json.dumps({"seed0_m200": {"domain_il": 45.0}}))
+  archives = []
+  for i, name in enumerate(["co2l_centred_seed0", "sd_centred_seed1"]):  # each call started from ``out`` as it was
+    call = tmp_path / f"call{i}" / "rmnist_paper"
+    shutil.copytree(out, call)
+    _queue_cell(call, name, int(name[-1]), 90.0 + i, 97.0, 280.0)
+    (call / "logs").mkdir()
+    new = {"cells": [name], "ended": [name], "parallel": 1, "wall_s": 280.0 + i}
+    (call / "queue_log.json").write_text(json.dumps([old, new]))
+    (call / "raw_pixels.json").write_text(json.dumps({"seed0_m200": {"domain_il": 99.0},  # ours is kept
+                                                      f"seed{i + 1}_m200": {"domain_il": 50.0 + i}}))
+    archives.append(tmp_path / f"call{i}.tgz")
+    with tarfile.open(archives[-1], "w:gz") as tar:
+      tar.add(call, arcname="rmnist_paper")
+  assert gpu_queue.land(out, archives[0]) == ["co2l_centred_seed0"]
+  assert gpu_queue.land(out, archives[1]) == ["sd_centred_seed1"]
+  assert gpu_queue.land(out, archives[1]) == []  # again: nothing new
+  assert [b["cells"] for b in json.loads((out / "queue_log.json").read_text())] == [
+      ["sd_centred_seed0"], ["co2l_centred_seed0"], ["sd_centred_seed1"]]
+  assert json.loads((out / "raw_pixels.json").read_text()) == {
+      "seed0_m200": {"domain_il": 45.0}, "seed1_m200": {"domain_il": 50.0}, "seed2_m200": {"domain_il": 51.0}}
+  assert json.loads((out / "sd_centred_seed1" / "results.json").read_text())["final"]["domain_il"] == 91.0
+  assert not (out / "logs").exists()
+  (tmp_path / "bad.tgz").write_bytes(b"not a tar")
+  with pytest.raises(errors.DataError, match="cannot unpack --land"):
+    gpu_queue.land(out, tmp_path / "bad.tgz")
 
 
 def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path):

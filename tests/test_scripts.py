@@ -65,3 +65,17 @@ errors.run_app(main)
 def test_run_app_says_a_bad_flag_or_a_refusal_in_one_line_with_exit_2(arg, code, out, err):
   got = subprocess.run([sys.executable, "-c", SCRIPT, arg], cwd=REPO, capture_output=True, text=True, timeout=60)
   assert (got.returncode, got.stdout.strip(), got.stderr.strip()) == (code, out, err)
+
+
+def test_importing_the_library_starts_no_jax_backend():
+  """A module-level jnp value starts JAX's backend at import: jax.distributed.initialize (multi-process) must come
+  before that, and a GPU job's second process died there when another held the device."""
+  scripts = [".".join(p.relative_to(REPO).with_suffix("").parts) for p in SCRIPTS if p.parts[-2:-1] != ("perf",)]
+  code = ("import importlib, pkgutil, sys, lasp_jax\nfrom jax._src import xla_bridge\n"
+          "names = [m.name for m in pkgutil.walk_packages(lasp_jax.__path__, 'lasp_jax.')]\n"
+          "for name in names:\n  if name not in sys.argv[1:]: importlib.import_module(name)\n"
+          "print(len(names), xla_bridge.backends_are_initialized())")
+  out = subprocess.run([sys.executable, "-c", code, *scripts], capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert out.returncode == 0, out.stderr[-2000:]
+  count, started = out.stdout.split()
+  assert int(count) > 40 and started == "False"

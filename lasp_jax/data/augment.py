@@ -15,8 +15,9 @@ from typing import Optional, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-GRAY = jnp.array([0.299, 0.587, 0.114])
+GRAY = np.array([0.299, 0.587, 0.114])  # numpy: a jnp constant here would start a JAX backend at import
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
     python -m experiments.findings        # results/findings/intervals.png and intervals.md from the shipped runs
 
-Left: SD − Co2L (and SD − finetune, Co2L − finetune) at every equal-heads point on the centred head, and at
-results/lasp_gain's one point with all 60,000 digits per domain (published head). Right: what each change does
-to SD at 600 digits per domain (the ablation). Every run is read out by the converged L-BFGS classifier.
+Left: SD − Co2L (and SD − finetune, Co2L − finetune) at every equal-heads point on the centred head, at
+results/lasp_gain's one point with all 60,000 digits per domain (published head), and results/threats' answers to
+the verdict's threats (each method at the lambda its validation split chose, memory 500, the paper's steps per
+domain on both heads); then the paper-scale pair on the centred head (results/rmnist_paper, one H200). Right: what
+each change does to SD at 600 digits per domain (the ablation). Every CPU run is read out by the converged L-BFGS
+classifier, the paper-scale runs by the published SGD probe (their label says so).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pathlib
 
 from absl import flags
 
-from experiments import aggregate, studies
+from experiments import aggregate, gpu_queue, studies
 from lasp_jax import errors
 from lasp_jax.loop.checkpoint import write_text_atomic
 
@@ -35,7 +38,8 @@ ABLATION = [("SD at λ 1 − SD", "SD lambda1"), ("random subset − SD", "SD ra
 
 def study_rows(name: str) -> list[dict]:
   """Every run's row of a study, as its ``--aggregate_only`` wrote them (results/NAME/runs.json)."""
-  return json.loads((REPO / "results" / name / "runs.json").read_text())
+  runs = json.loads((REPO / "results" / name / "runs.json").read_text())
+  return runs["rows"] if isinstance(runs, dict) else runs  # results/threats keeps its choice of lambda beside
 
 
 def intervals() -> list[tuple[str, str, list[float]]]:
@@ -44,9 +48,32 @@ def intervals() -> list[tuple[str, str, list[float]]]:
   out = [("main", label, studies.paired(eh, p, h, m, other=o)) for label, p, h, m, o in MAIN]
   out.append(("main", "p5 (60,000 digits, published head): SD (onlypast) − Co2L",
               studies.gains(study_rows("lasp_gain"), "p5", "SD onlypast", "m1")))
+  out += [("main", label, threat(*args)) for label, args in threat_comparisons()]
+  pairs = gpu_queue.sd_co2l_pairs(gpu_queue.finished_cells(REPO / "results" / "rmnist_paper")).get(
+      (200, "centred", None), {})
+  out.append(("main", "paper scale (H200, 20 × 60,000, centred, SGD probe): SD (onlypast) − Co2L",
+              [sd["final"]["domain_il"] - co2l["final"]["domain_il"] for sd, co2l in pairs.values()]))
   out += [("ablation", label, studies.paired(eh, "d600", "centred", m, other="SD onlycurrent"))
           for label, m in ABLATION]
   return out
+
+
+def threat_comparisons() -> list[tuple[str, tuple]]:
+  """(label, (grid, point, head, method, other)) of results/threats' SD − Co2L comparisons; the tuned pair at the
+  lambda each method's validation split chose."""
+  chosen = {m: f"{c['lambda']:g}" for m, c in json.loads((REPO / "results" / "threats" / "runs.json").read_text())
+            .get("chosen", {}).items()}
+  out = [("d600, memory 500: SD − Co2L", ("memory500", "d600", "centred", "SD lambda5", "Co2L lambda1"))]
+  if {"SD", "Co2L"} <= set(chosen):
+    out.insert(0, (f"d2500, each at its chosen λ (SD {chosen['SD']}, Co2L {chosen['Co2L']}): SD − Co2L",
+                   ("tuned", "d2500", "centred", f"SD lambda{chosen['SD']}", f"Co2L lambda{chosen['Co2L']}")))
+  return out + [(f"paper steps (5 × 59,000 digits, {head}): SD (onlypast) − Co2L",
+                 ("paper_steps", "p60k", head, "SD onlypast", "Co2L")) for head in ("centred", "published")]
+
+
+def threat(grid, point, head, label, other) -> list[float]:
+  """label − other per seed in one grid of results/threats (grids share points and labels)."""
+  return studies.paired([r for r in study_rows("threats") if r["grid"] == grid], point, head, label, other)
 
 
 def table(rows) -> str:
@@ -65,9 +92,9 @@ def figure(rows, path: pathlib.Path) -> None:
 
   from lasp_jax import provenance  # noqa: PLC0415
   from lasp_jax.eval import metrics  # noqa: PLC0415
-  eh = study_rows("equal_heads")
-  cpus = "; ".join(sorted({r["cpu"].split(" (")[0] for r in eh if r.get("cpu")}))
-  fig, axes = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [3, 2]})
+  cpus = lambda name: "; ".join(sorted({r["cpu"].split(" (")[0] for r in study_rows(name) if r.get("cpu")}))
+  tall = max(sum(p == panel for p, _, _ in rows) for panel in ("main", "ablation"))
+  fig, axes = plt.subplots(1, 2, figsize=(14, 1.5 + 0.28 * tall), gridspec_kw={"width_ratios": [3, 2]})
   for ax, panel, title in ((axes[0], "main", "SD against Co2L and finetune (centred head unless named)"),
                            (axes[1], "ablation", "Each change to SD (d600, centred head)")):
     mine = [(label, d) for p, label, d in rows if p == panel]
@@ -83,12 +110,13 @@ def figure(rows, path: pathlib.Path) -> None:
     ax.set_yticks(range(len(mine)), [label for label, _ in reversed(mine)], fontsize=7)
     ax.set(xlabel="paired difference, accuracy points (mean, 95 % t interval)", title=title)
     ax.title.set_fontsize(9)
-  fig.text(0.01, 0.005, f"python -m experiments.findings · runs of results/equal_heads (2-core {cpus}) and "
-                        "results/lasp_gain (2-core AMD EPYC Zen 5), L-BFGS read-out · red: interval below 0, green: "
+  fig.text(0.01, 0.005, f"python -m experiments.findings · runs of results/equal_heads (2-core {cpus('equal_heads')}),"
+                        f" results/threats (2-core {cpus('threats')}), results/lasp_gain (2-core AMD EPYC Zen 5), "
+                        "L-BFGS read-out;\nresults/rmnist_paper (one H200), SGD probe · red: interval below 0, green: "
                         f"above, blue: includes 0 · drawn {datetime.date.today().isoformat()} at "
                         f"{provenance.provenance().get('git_commit', '?')[:7]}", fontsize=6, color="grey")
-  fig.tight_layout(rect=(0, 0.03, 1, 1))
-  fig.savefig(path, dpi=110)
+  fig.tight_layout(rect=(0, 0.04, 1, 1))
+  fig.savefig(path, dpi=110, bbox_inches="tight")  # the long labels and the footer whole
   plt.close(fig)
 
 

@@ -303,12 +303,22 @@ def _batch_estimate(out: pathlib.Path, todo, warm: frozenset = frozenset(), marg
   return margin * (max(p[0] for p in parts) + sum(p[1] for p in parts))
 
 
+def ended_cells(out: pathlib.Path) -> dict:
+  """{cell: its results or failure marker} of every cell in ``out`` that ended (one read per cell)."""
+  return {c: res for c in SEEN + queue() if (res := runner.outcome(out / c.name)) is not None}
+
+
+def finished_cells(out: pathlib.Path) -> dict:
+  """{cell: its results} of every cell in ``out`` that finished (not failed)."""
+  return {c: res for c, res in ended_cells(out).items() if not runner.failed(res)}
+
+
 def write_table(out: pathlib.Path) -> None:
   """table.md: per memory and method, mean (std) over the finished seeds of both metrics, the paper beside."""
   rows, differ = [], set()
   pixels = _read(out / "raw_pixels.json")
   every = SEEN + queue()
-  ended = {c: res for c in every if (res := runner.outcome(out / c.name)) is not None}  # one read per cell
+  ended = ended_cells(out)
   finished = {c: res for c, res in ended.items() if not runner.failed(res)}
   for group in sorted(dict.fromkeys(c.group for c in every), key=lambda g: (g[0], g[1] != "published",
                                                                             g[2] or 0, list(LABELS).index(g[3]))):
@@ -345,16 +355,24 @@ def write_table(out: pathlib.Path) -> None:
   write_text_atomic(out / "table.md", "\n".join(text))
 
 
-def _differences(finished: dict) -> list[str]:
-  """SD − Co2L over the seeds both finished ({cell: results}), per memory, head and lambda: the mean with its 95 %
-  interval (t, n − 1 dof) for both metrics, and each seed's per-angle difference; no lines when no seed has both."""
+def sd_co2l_pairs(finished: dict) -> dict:
+  """{(memory, head, lambda): {seed: (SD's results, Co2L's results)}} over the seeds both finished, from
+  ``finished`` ({cell: results})."""
   done = {(*c.group[:3], c.method, c.seed): res for c, res in finished.items()}
-  rows = []
+  out = {}
   for group in dict.fromkeys(k[:3] for k in done):
     pairs = {k[4]: (r, done[(*group, "co2l", k[4])]) for k, r in sorted(done.items())
              if k[:4] == (*group, "sd") and (*group, "co2l", k[4]) in done}
-    if not pairs:
-      continue
+    if pairs:
+      out[group] = pairs
+  return out
+
+
+def _differences(finished: dict) -> list[str]:
+  """SD − Co2L over the seeds both finished ({cell: results}), per memory, head and lambda: the mean with its 95 %
+  interval (t, n − 1 dof) for both metrics, and each seed's per-angle difference; no lines when no seed has both."""
+  rows = []
+  for group, pairs in sd_co2l_pairs(finished).items():
     m1 = {s: sd["final"]["domain_il"] - co2l["final"]["domain_il"] for s, (sd, co2l) in pairs.items()}
     last = lambda r: r["acc_matrix"]["domain_il"][-1][-1]
     m2 = [last(sd) - last(co2l) for sd, co2l in pairs.values()]

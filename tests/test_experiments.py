@@ -402,3 +402,17 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
                     ("--margin=0.5", "error: flag --margin=0.5: 0.5 is not number >= 1.0")]:
     bad = call(arg)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [line]
+
+
+def test_findings_draws_the_threats_and_the_paper_scale_pair_from_the_shipped_runs():
+  from experiments import findings  # noqa: PLC0415
+  got = {label: d for panel, label, d in findings.intervals() if panel == "main"}
+  for part in ("each at its chosen λ", "memory 500", "5 × 59,000 digits, centred", "5 × 59,000 digits, published"):
+    assert [len(d) for label, d in got.items() if part in label] == [3], part
+  # The paper-scale pair, seed by seed from the cells' own files: SD − Co2L per-angle on the centred head.
+  folder = findings.REPO / "results" / "rmnist_paper"
+  final = lambda name: json.loads((folder / name / "results.json").read_text())["final"]["domain_il"]
+  seeds = sorted(int(p.name[-1]) for p in folder.glob("sd_centred_seed*") if (folder / f"co2l_{p.name[3:]}").exists())
+  (paper,) = [d for label, d in got.items() if label.startswith("paper scale")]
+  assert len(seeds) >= 2 and paper == pytest.approx(
+      [final(f"sd_centred_seed{s}") - final(f"co2l_centred_seed{s}") for s in seeds])

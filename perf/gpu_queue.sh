@@ -3,11 +3,13 @@
 # see the module's docstring), with a shared compilation cache; the cells' folder comes back as
 # $OUT/rmnist_paper.tgz (`python -m experiments.gpu_queue --land=FILE` merges it into
 # results/rmnist_paper), the output in $OUT/log.txt. The folder and the cache live in
-# /tmp on the machine, so a second call while it is still warm goes on from the first with the cache filled.
+# /tmp on the machine, so a second call while it is still warm goes on from the first with the cache filled. A
+# machine given back (idle 30 s) starts the next call from the working tree: land the first call's archive before
+# it, or the second runs the first's cells again.
 # If a cell crashed and none finished, and time is left, the pinned flax/optax/chex/orbax in .whl2/ (if any) are
 # put in front of the image's and the queue is run again.
-#   OUT=/some/dir BUDGET=585 bash perf/gpu_queue.sh [more experiments.gpu_queue flags, e.g. --parallel=2]
-# Measured on an H200 (2026-12-04): a cold SD cell 392 s, a cold Co2L cell 281 s, about 60 % compiling; two cold
+#   OUT=/some/dir BUDGET=585 bash perf/gpu_queue.sh [more experiments.gpu_queue flags, e.g. --margin=1.0]
+# Measured on an H200 (2026-12-04): a cold SD cell 329-392 s, a cold Co2L cell 281-306 s, about 60 % compiling; two cold
 # cells of different methods run one after another do not fit one 10-minute call; --parallel=2 would overlap their
 # compiles, but on that machine the second process found no CUDA device (the compute mode is logged below), so
 # the queue goes on one cell at a time. XLA_FLAGS set by the caller reach every cell (and its provenance).

@@ -13,12 +13,21 @@
 # cells of different methods run one after another do not fit one 10-minute call; --parallel=2 would overlap their
 # compiles, but on that machine the second process found no CUDA device (the compute mode is logged below), so
 # the queue goes on one cell at a time. XLA_FLAGS set by the caller reach every cell (and its provenance).
+# XLA's per-fusion GPU autotuning results (JAX keeps them inside the compilation cache) come back as
+# $OUT/autotune.tgz; put it at .gpu_autotune/autotune.tgz (ignored by git, named in the call's carry) and the next
+# machine starts with them: it compiles without measuring each fusion's candidates again, and picks the same ones.
 set -u
 OUT=${OUT:-/tmp/gpu_queue}
 BUDGET=${BUDGET:-585}
 source "$(dirname "$0")/gpu_common.sh"
 Q=${Q:-/tmp/rmnist_paper}
 [ -d "$Q" ] || cp -r results/rmnist_paper "$Q"
+AUTOTUNE=/tmp/gpu_queue_scratch/xla_cache/xla_gpu_per_fusion_autotune_cache_dir
+entries() { find "$AUTOTUNE" -type f 2>/dev/null | wc -l; }
+if [ -f .gpu_autotune/autotune.tgz ]; then
+  mkdir -p "$(dirname "$AUTOTUNE")" && tar xzf .gpu_autotune/autotune.tgz -C "$(dirname "$AUTOTUNE")" 2>>"$log"
+  echo "autotune results carried in: $(entries) files" >>"$log"
+fi
 done_cells() { ls "$Q"/*/results.json 2>/dev/null | wc -l; }
 queue() {
   echo "=== queue, budget $1 s, $(date +%T)" | tee -a "$log"
@@ -39,6 +48,10 @@ if [ "$(done_cells)" = "$before" ] && crashed && (( $(budget_left) > 240 )) && l
 fi
 # The compilation cache's size: whether it could travel to the next machine (the working tree's 64 MiB cap).
 du -sh /tmp/gpu_queue_scratch/xla_cache >>"$log" 2>&1
+if [ -d "$AUTOTUNE" ]; then
+  tar czf "$OUT/autotune.tgz" -C "$(dirname "$AUTOTUNE")" "$(basename "$AUTOTUNE")" 2>>"$log"
+  echo "autotune results: $(entries) files, $(du -sh "$AUTOTUNE" | cut -f1) -> $OUT/autotune.tgz" >>"$log"
+fi
 tar czf "$OUT/rmnist_paper.tgz" -C "$(dirname "$Q")" --transform "s|^$(basename "$Q")|rmnist_paper|" "$(basename "$Q")" 2>>"$log"
 cat "$Q/table.md" 2>/dev/null
 grep -h "rc=\|queue:\|error" "$log" || true

@@ -274,7 +274,7 @@ def advance(out: pathlib.Path, scratch: pathlib.Path, budget_s: float, parallel:
     log.append({"cells": [c.name for c in todo], "ended": ended, "parallel": len(todo),
                 "wall_s": round(time.time() - start, 1), "device": _device()})
     write_json_atomic(out / "queue_log.json", log)
-    done += len(todo)
+    done += len(ended)  # a cell that found no device runs again below
     write_table(out)
     if len(todo) > 1 and any(_no_device(scratch, c) for c in todo if c.name not in ended):
       # The device admits one process at a time (an exclusive compute mode): the rest go one by one.

@@ -310,7 +310,7 @@ def test_gpu_queue_goes_one_cell_at_a_time_when_a_batch_cell_finds_no_device(tmp
     return [cells[0].name]
 
   monkeypatch.setattr(gpu_queue, "run_batch", fake_batch)
-  gpu_queue.advance(out, scratch, budget_s=10_000, parallel=2, max_cells=3, extra=[], with_raw_pixels=False)
+  gpu_queue.advance(out, scratch, budget_s=10_000, parallel=2, max_cells=2, extra=[], with_raw_pixels=False)
   assert batches == [["sd_centred_seed0", "co2l_centred_seed0"], ["co2l_centred_seed0"]]
   # Any other failure in a batch (no results, no device message) stops the call as before.
   (scratch / "co2l_centred_seed1.log").write_text("killed")

@@ -2,7 +2,7 @@
 
     python -m experiments.gpu_queue --out=results/rmnist_paper --budget_s=540   # as many cells as fit in 540 s
     python -m experiments.gpu_queue --table_only                               # table.md from the finished cells
-    python -m experiments.gpu_queue --land=A.tgz --land=B.tgz   # what GPU calls returned (perf/gpu_queue.sh)
+    python -m experiments.gpu_queue --land=DIR1 --land=DIR2     # what GPU calls returned (perf/gpu_queue.sh)
 
 Cells, in this order (``queue()``): SD and Co2L on the centred head (``model.head_center=True``) seeds 0-2, the cells
 that decide results/equal_heads' verdict at the paper's scale; SD and Co2L seeds 1-4 at memory 200 (seed 0 of both
@@ -65,8 +65,9 @@ def define_flags() -> None:
   flags.DEFINE_bool("raw_pixels", True, "Fit each (seed, memory)'s raw-pixel baseline on the host meanwhile.")
   flags.DEFINE_bool("table_only", False, "Rewrite table.md from the finished cells and stop.")
   flags.DEFINE_string("scratch", "", "Work folder for checkpoints (default: a temporary folder).")
-  flags.DEFINE_multi_string("land", [], "rmnist_paper.tgz files GPU calls returned: their new cells, queue_log "
-                            "entries and raw-pixel fits go into --out, then table.md is rewritten; nothing runs.")
+  flags.DEFINE_multi_string("land", [], "What GPU calls returned (rmnist_paper.tgz, or its folder with log.txt): "
+                            "new cells, queue_log entries, raw-pixel fits and the call's log go into --out, then "
+                            "table.md is rewritten; nothing runs.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,10 +406,13 @@ def _read(path: pathlib.Path, default=None):
 
 
 def land(out: pathlib.Path, archive: pathlib.Path) -> list[str]:
-  """Merges one GPU call's returned folder (``archive``: perf/gpu_queue.sh's rmnist_paper.tgz) into ``out``: the
-  cells it finished or failed that ``out`` lacks, its queue_log entries that ``out`` lacks (in its order), its
-  raw-pixel fits of seeds ``out`` has none for. Cells ``out`` has are kept: two calls that started from the same
-  committed folder each return every older cell. Returns the cells landed."""
+  """Merges one GPU call's returned folder (``archive``: perf/gpu_queue.sh's rmnist_paper.tgz, or the folder that
+  holds it and the call's log.txt) into ``out``: the cells it finished or failed that ``out`` lacks, its queue_log
+  entries that ``out`` lacks (in its order), its raw-pixel fits of seeds ``out`` has none for, the call's log as
+  the next ``logs/callN.txt`` unless one holds it already. Cells ``out`` has are kept: two calls that started from
+  the same committed folder each return every older cell. Returns the cells landed."""
+  call_log = archive / "log.txt" if archive.is_dir() else None
+  archive = archive / "rmnist_paper.tgz" if archive.is_dir() else archive
   with tempfile.TemporaryDirectory() as tmp:
     try:
       with tarfile.open(archive) as tar:  # the "data" filter (no links out, no absolute paths) where Python has it
@@ -426,6 +430,13 @@ def land(out: pathlib.Path, archive: pathlib.Path) -> list[str]:
     log += [b for b in _read(src / "queue_log.json", []) if b not in log]
     write_json_atomic(out / "queue_log.json", log)
     write_json_atomic(out / "raw_pixels.json", {**_read(src / "raw_pixels.json"), **_read(out / "raw_pixels.json")})
+  if call_log is not None and call_log.is_file():
+    logs = out / "logs"
+    kept = list(logs.glob("call*.txt"))
+    if call_log.read_bytes() not in {k.read_bytes() for k in kept}:
+      numbers = [int(k.stem[4:]) for k in kept if k.stem[4:].isdigit()]
+      logs.mkdir(exist_ok=True)
+      shutil.copy(call_log, logs / f"call{max(numbers, default=0) + 1}.txt")
   return landed
 
 

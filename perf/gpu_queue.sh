@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # experiments.gpu_queue in one GPU call: the next missing paper-scale R-MNIST cells (the centred-head pair first,
 # see the module's docstring), with a shared compilation cache; the cells' folder comes back as
-# $OUT/rmnist_paper.tgz (`python -m experiments.gpu_queue --land=FILE` merges it into
-# results/rmnist_paper), the output in $OUT/log.txt. The folder and the cache live in
+# $OUT/rmnist_paper.tgz (`python -m experiments.gpu_queue --land=DIR`, DIR the folder that holds it and log.txt,
+# merges both into results/rmnist_paper), the output in $OUT/log.txt. The folder and the cache live in
 # /tmp on the machine, so a second call while it is still warm goes on from the first with the cache filled. A
 # machine given back (idle 30 s) starts the next call from the working tree: land the first call's archive before
 # it, or the second runs the first's cells again.

@@ -341,14 +341,19 @@ def test_gpu_queue_lands_what_two_calls_returned_once_each(tmp_path):
     with tarfile.open(archives[-1], "w:gz") as tar:
       tar.add(call, arcname="rmnist_paper")
   assert gpu_queue.land(out, archives[0]) == ["co2l_centred_seed0"]
-  assert gpu_queue.land(out, archives[1]) == ["sd_centred_seed1"]
-  assert gpu_queue.land(out, archives[1]) == []  # again: nothing new
+  # The second call's folder as the GPU tool returns it: the archive and the call's log beside it.
+  returned = tmp_path / "returned"
+  returned.mkdir()
+  shutil.copy(archives[1], returned / "rmnist_paper.tgz")
+  (returned / "log.txt").write_text("=== queue rc=0\n")
+  assert gpu_queue.land(out, returned) == ["sd_centred_seed1"]
+  assert gpu_queue.land(out, returned) == []  # again: nothing new, the log kept once
+  assert [p.name for p in (out / "logs").iterdir()] == ["call1.txt"]
   assert [b["cells"] for b in json.loads((out / "queue_log.json").read_text())] == [
       ["sd_centred_seed0"], ["co2l_centred_seed0"], ["sd_centred_seed1"]]
   assert json.loads((out / "raw_pixels.json").read_text()) == {
       "seed0_m200": {"domain_il": 45.0}, "seed1_m200": {"domain_il": 50.0}, "seed2_m200": {"domain_il": 51.0}}
   assert json.loads((out / "sd_centred_seed1" / "results.json").read_text())["final"]["domain_il"] == 91.0
-  assert not (out / "logs").exists()
   (tmp_path / "bad.tgz").write_bytes(b"not a tar")
   with pytest.raises(errors.DataError, match="cannot unpack --land"):
     gpu_queue.land(out, tmp_path / "bad.tgz")

@@ -18,7 +18,7 @@ import pathlib
 
 from absl import flags
 
-from experiments import aggregate, gpu_queue, studies
+from experiments import aggregate, gpu_queue, studies, threats
 from lasp_jax import errors
 from lasp_jax.loop.checkpoint import write_text_atomic
 
@@ -48,7 +48,7 @@ def intervals() -> list[tuple[str, str, list[float]]]:
   out = [("main", label, studies.paired(eh, p, h, m, other=o)) for label, p, h, m, o in MAIN]
   out.append(("main", "p5 (60,000 digits, published head): SD (onlypast) − Co2L",
               studies.gains(study_rows("lasp_gain"), "p5", "SD onlypast", "m1")))
-  out += [("main", label, threat(*args)) for label, args in threat_comparisons()]
+  out += threat_intervals()
   pairs = gpu_queue.sd_co2l_pairs(gpu_queue.finished_cells(REPO / "results" / "rmnist_paper")).get(
       (200, "centred", None), {})
   out.append(("main", "paper scale (H200, 20 × 60,000, centred, SGD probe): SD (onlypast) − Co2L",
@@ -58,22 +58,19 @@ def intervals() -> list[tuple[str, str, list[float]]]:
   return out
 
 
-def threat_comparisons() -> list[tuple[str, tuple]]:
-  """(label, (grid, point, head, method, other)) of results/threats' SD − Co2L comparisons; the tuned pair at the
-  lambda each method's validation split chose."""
-  chosen = {m: f"{c['lambda']:g}" for m, c in json.loads((REPO / "results" / "threats" / "runs.json").read_text())
-            .get("chosen", {}).items()}
-  out = [("d600, memory 500: SD − Co2L", ("memory500", "d600", "centred", "SD lambda5", "Co2L lambda1"))]
+def threat_intervals() -> list[tuple[str, str, list[float]]]:
+  """results/threats' SD − Co2L comparisons (test L-BFGS), the tuned pair at the lambda each method's validation
+  split chose."""
+  runs = json.loads((REPO / "results" / "threats" / "runs.json").read_text())
+  chosen = {m: threats.lam(c["lambda"]) for m, c in runs.get("chosen", {}).items()}
+  comparisons = [("d600, memory 500: SD − Co2L", "memory500", "SD lambda5", "Co2L lambda1", "centred")]
   if {"SD", "Co2L"} <= set(chosen):
-    out.insert(0, (f"d2500, each at its chosen λ (SD {chosen['SD']}, Co2L {chosen['Co2L']}): SD − Co2L",
-                   ("tuned", "d2500", "centred", f"SD lambda{chosen['SD']}", f"Co2L lambda{chosen['Co2L']}")))
-  return out + [(f"paper steps (5 × 59,000 digits, {head}): SD (onlypast) − Co2L",
-                 ("paper_steps", "p60k", head, "SD onlypast", "Co2L")) for head in ("centred", "published")]
-
-
-def threat(grid, point, head, label, other) -> list[float]:
-  """label − other per seed in one grid of results/threats (grids share points and labels)."""
-  return studies.paired([r for r in study_rows("threats") if r["grid"] == grid], point, head, label, other)
+    comparisons.insert(0, (f"d2500, each at its chosen λ (SD {chosen['SD']}, Co2L {chosen['Co2L']}): SD − Co2L",
+                           "tuned", f"SD lambda{chosen['SD']}", f"Co2L lambda{chosen['Co2L']}", "centred"))
+  comparisons += [(f"paper steps (5 × 59,000 digits, {head}): SD (onlypast) − Co2L", "paper_steps", "SD onlypast",
+                   "Co2L", head) for head in ("centred", "published")]
+  return [("main", label, threats.paired(runs["rows"], grid, a, b, "m1", head, head))
+          for label, grid, a, b, head in comparisons]
 
 
 def table(rows) -> str:

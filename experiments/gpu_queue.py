@@ -309,9 +309,9 @@ def ended_cells(out: pathlib.Path) -> dict:
   return {c: res for c in SEEN + queue() if (res := runner.outcome(out / c.name)) is not None}
 
 
-def finished_cells(out: pathlib.Path) -> dict:
-  """{cell: its results} of every cell in ``out`` that finished (not failed)."""
-  return {c: res for c, res in ended_cells(out).items() if not runner.failed(res)}
+def finished_cells(out: pathlib.Path, ended: Optional[dict] = None) -> dict:
+  """{cell: its results} of every cell in ``out`` that finished (not failed); ``ended``: ended_cells(out), if read."""
+  return {c: res for c, res in (ended_cells(out) if ended is None else ended).items() if not runner.failed(res)}
 
 
 def write_table(out: pathlib.Path) -> None:
@@ -320,7 +320,7 @@ def write_table(out: pathlib.Path) -> None:
   pixels = _read(out / "raw_pixels.json")
   every = SEEN + queue()
   ended = ended_cells(out)
-  finished = {c: res for c, res in ended.items() if not runner.failed(res)}
+  finished = finished_cells(out, ended)
   for group in sorted(dict.fromkeys(c.group for c in every), key=lambda g: (g[0], g[1] != "published",
                                                                             g[2] or 0, list(LABELS).index(g[3]))):
     memory, head, lam, method = group

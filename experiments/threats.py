@@ -183,7 +183,8 @@ def _pairs(rows, grid, a, b, head_a="centred", head_b="centred") -> list[tuple[d
           if r["seed"] in B]
 
 
-def _paired(rows, grid, a, b, metric, head_a="centred", head_b="centred"):
+def paired(rows, grid, a, b, metric, head_a="centred", head_b="centred") -> list[float]:
+  """a − b in ``metric``, seed by seed, over the seeds both ran in one grid (grids share points and labels)."""
   key = lambda r: r[metric] if metric in ("m1", "m2", "sgd") else (r["validation"] or {}).get(metric)
   return [key(x) - key(y) for x, y in _pairs(rows, grid, a, b, head_a, head_b)
           if key(x) is not None and key(y) is not None]
@@ -280,7 +281,7 @@ def _differences(rows, grid, chosen) -> list[str]:
   body = []
   for a, b, ha, hb, *least in pairs:
     for metric, name in (("m1", "test L-BFGS"), ("sgd", "test SGD probe"), ("lbfgs", "validation L-BFGS")):
-      d = _paired(rows, grid, a, b, metric, ha, hb)
+      d = paired(rows, grid, a, b, metric, ha, hb)
       if len(d) >= (least[0] if least else 1):
         body.append([f"{a} − {b}", ha, name, *aggregate.interval_cell(d)])
   if not body:

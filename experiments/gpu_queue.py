@@ -3,6 +3,7 @@
     python -m experiments.gpu_queue --out=results/rmnist_paper --budget_s=540   # as many cells as fit in 540 s
     python -m experiments.gpu_queue --table_only                               # table.md from the finished cells
     python -m experiments.gpu_queue --land=DIR1 --land=DIR2     # what GPU calls returned (perf/gpu_queue.sh)
+                                                               # (their caches go to .gpu_autotune/: carry it)
 
 Cells, in this order (``queue()``): SD and Co2L on the centred head (``model.head_center=True``) seeds 0-2, the cells
 that decide results/equal_heads' verdict at the paper's scale; SD and Co2L seeds 1-4 at memory 200 (seed 0 of both
@@ -440,6 +441,19 @@ def land(out: pathlib.Path, archive: pathlib.Path) -> list[str]:
   return landed
 
 
+CACHES = ("xla_cache.tgz", "autotune.tgz")  # what perf/gpu_queue.sh returns for the next machine to start with
+
+
+def keep_caches(returned: pathlib.Path, dest: pathlib.Path = REPO / ".gpu_autotune") -> list[str]:
+  """Copies a GPU call's returned compilation cache and autotuning results (``CACHES``, in the folder
+  ``returned``) to ``dest``, where perf/gpu_queue.sh looks for them (carry that folder in the next call)."""
+  kept = [n for n in CACHES if returned.is_dir() and (returned / n).is_file()]
+  for n in kept:
+    dest.mkdir(exist_ok=True)
+    shutil.copy(returned / n, dest / n)
+  return kept
+
+
 def main(argv):
   del argv
   out = pathlib.Path(FLAGS.out)
@@ -451,6 +465,8 @@ def main(argv):
     raise errors.ConfigError(problems[0])
   for archive in FLAGS.land:
     print(f"{archive}: landed {land(out, pathlib.Path(archive)) or 'no new cell'}")
+    if kept := keep_caches(pathlib.Path(archive)):
+      print(f"{archive}: {', '.join(kept)} -> .gpu_autotune/ (carry it in the next call)")
   if not (FLAGS.table_only or FLAGS.land):
     with tempfile.TemporaryDirectory() as tmp:
       scratch = pathlib.Path(FLAGS.scratch or tmp)

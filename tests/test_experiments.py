@@ -359,6 +359,21 @@ def test_gpu_queue_lands_what_two_calls_returned_once_each(tmp_path):
     gpu_queue.land(out, tmp_path / "bad.tgz")
 
 
+def test_gpu_queue_keeps_the_caches_a_call_returned_for_the_next_call(tmp_path):
+  returned, dest = tmp_path / "returned", tmp_path / "repo" / ".gpu_autotune"
+  returned.mkdir()
+  (tmp_path / "repo").mkdir()
+  assert gpu_queue.keep_caches(returned, dest) == [] and not dest.exists()  # nothing returned: nothing made
+  (returned / "autotune.tgz").write_bytes(b"tune")
+  (returned / "rmnist_paper.tgz").write_bytes(b"cells")
+  assert gpu_queue.keep_caches(returned, dest) == ["autotune.tgz"]
+  (returned / "xla_cache.tgz").write_bytes(b"cache")
+  assert gpu_queue.keep_caches(returned, dest) == ["xla_cache.tgz", "autotune.tgz"]
+  assert sorted(p.name for p in dest.iterdir()) == ["autotune.tgz", "xla_cache.tgz"]
+  assert (dest / "xla_cache.tgz").read_bytes() == b"cache"
+  assert gpu_queue.keep_caches(returned / "rmnist_paper.tgz", dest) == []  # an archive, not a folder
+
+
 def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path):
 
   class Printed:

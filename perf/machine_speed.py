@@ -21,8 +21,8 @@ from lasp_jax import errors, provenance
 from lasp_jax.loop.checkpoint import write_json_atomic
 
 _OUT = flags.DEFINE_string("out", "", "JSON output (optional).")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Best of this many of each measurement.")
-_LOOP = flags.DEFINE_integer("loop", 10**7, "Additions in the Python loop.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Best of this many of each measurement.", lower_bound=1)
+_LOOP = flags.DEFINE_integer("loop", 10**7, "Additions in the Python loop.", lower_bound=1)
 
 
 def python_loop_s(n: int) -> float:
@@ -63,8 +63,6 @@ def xla_compile_s(salt: int) -> float:
 
 def main(argv):
   del argv
-  if _REPEATS.value < 1 or _LOOP.value < 1:
-    raise errors.ConfigError("--repeats and --loop must be positive")
   import jax  # noqa: PLC0415
   jax.config.update("jax_enable_compilation_cache", False)
   r = range(_REPEATS.value)

@@ -28,5 +28,5 @@ def test_writes_the_three_figures_with_the_machine(tmp_path):
 def test_a_bad_flag_is_one_line_and_exit_2(tmp_path):
   proc = _run("--repeats=0", f"--out={tmp_path / 'speed.json'}")
   assert proc.returncode == 2 and "Traceback" not in proc.stderr
-  assert proc.stderr.strip().splitlines()[-1] == "error: --repeats and --loop must be positive"
+  assert proc.stderr.strip().splitlines()[-1] == "error: flag --repeats=0: 0 is not a positive integer"
   assert not (tmp_path / "speed.json").exists()

@@ -447,9 +447,10 @@ CACHES = ("xla_cache.tgz", "autotune.tgz")  # what perf/gpu_queue.sh returns for
 def keep_caches(returned: pathlib.Path, dest: pathlib.Path = REPO / ".gpu_autotune") -> list[str]:
   """Copies a GPU call's returned compilation cache and autotuning results (``CACHES``, in the folder
   ``returned``) to ``dest``, where perf/gpu_queue.sh looks for them (carry that folder in the next call)."""
-  kept = [n for n in CACHES if returned.is_dir() and (returned / n).is_file()]
-  for n in kept:
+  kept = [n for n in CACHES if (returned / n).is_file()]  # none when ``returned`` is an archive, not a folder
+  if kept:
     dest.mkdir(exist_ok=True)
+  for n in kept:
     shutil.copy(returned / n, dest / n)
   return kept
 

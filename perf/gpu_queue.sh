@@ -27,6 +27,7 @@ Q=${Q:-/tmp/rmnist_paper}
 AUTOTUNE=/tmp/gpu_queue_scratch/xla_cache/xla_gpu_per_fusion_autotune_cache_dir
 entries() { find "$AUTOTUNE" -type f 2>/dev/null | wc -l; }
 CACHE=$(dirname "$AUTOTUNE")
+CACHE_MAX_MB=${CACHE_MAX_MB:-6}
 if [ -f .gpu_autotune/xla_cache.tgz ]; then  # a whole compilation cache (it holds the autotuning results too)
   mkdir -p "$(dirname "$CACHE")" && tar xzf .gpu_autotune/xla_cache.tgz -C "$(dirname "$CACHE")" 2>>"$log"
   echo "compilation cache carried in: $(find "$CACHE" -type f | wc -l) files" >>"$log"
@@ -63,8 +64,8 @@ fi
 if [ -d "$CACHE" ]; then
   tar czf /tmp/xla_cache.tgz -C "$(dirname "$CACHE")" "$(basename "$CACHE")" 2>>"$log"
   mb=$(( $(stat -c %s /tmp/xla_cache.tgz) / 1048576 ))
-  if (( mb < ${CACHE_MAX_MB:-6} )); then mv /tmp/xla_cache.tgz "$OUT/"; echo "compilation cache: ${mb} MiB -> $OUT/xla_cache.tgz" >>"$log"
-  else echo "compilation cache: ${mb} MiB compressed, not under CACHE_MAX_MB=${CACHE_MAX_MB:-6}: not returned" >>"$log"; fi
+  if (( mb < CACHE_MAX_MB )); then mv /tmp/xla_cache.tgz "$OUT/"; echo "compilation cache: ${mb} MiB -> $OUT/xla_cache.tgz" >>"$log"
+  else echo "compilation cache: ${mb} MiB compressed, not under CACHE_MAX_MB=$CACHE_MAX_MB: not returned" >>"$log"; fi
 fi
 tar czf "$OUT/rmnist_paper.tgz" -C "$(dirname "$Q")" --transform "s|^$(basename "$Q")|rmnist_paper|" "$(basename "$Q")" 2>>"$log"
 cat "$Q/table.md" 2>/dev/null

@@ -4,15 +4,17 @@
 
 The same 2-core VM ran nearly the same suite in 502 s one day and 1,140 s another: a suite time (or any time in
 BENCHMARKS.md) compares with another only beside these figures from the same hour. Each is the best of
-``--repeats``, on one thread:
+``--repeats``:
 - ``python_loop_s``: CPU seconds of a pure-Python loop of 10^7 additions (tracing, the host's Python work);
-- ``matmul_gflops``: a 1,024 x 1,024 float32 matmul in numpy (the kernels' arithmetic);
+- ``matmul_gflops``: a 1,024 x 1,024 float32 matmul in numpy on one thread (the kernels' arithmetic);
 - ``xla_compile_s``: XLA:CPU compiling a small convolutional train step from scratch, no cache (the suite's
   largest cost: LLVM code generation).
 """
 
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import threadpoolctl
 from absl import flags
@@ -44,9 +46,6 @@ def matmul_gflops(n: int = 1024) -> float:
 
 def xla_compile_s(salt: int) -> float:
   """Seconds to compile a 3-convolution train step (loss and its gradient); ``salt`` makes each program new."""
-  import jax  # noqa: PLC0415  (after the flags, so that --help does not start JAX)
-  import jax.numpy as jnp  # noqa: PLC0415
-
   def loss(ws, x):
     for w in ws:
       x = jax.nn.relu(jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
@@ -63,7 +62,6 @@ def xla_compile_s(salt: int) -> float:
 
 def main(argv):
   del argv
-  import jax  # noqa: PLC0415
   jax.config.update("jax_enable_compilation_cache", False)
   r = range(_REPEATS.value)
   out = {"python_loop_s": round(min(python_loop_s(_LOOP.value) for _ in r), 3), "loop": _LOOP.value,

@@ -18,7 +18,7 @@ host_memory.keep_freed_memory()  # as lasp_jax.main does, before any test starts
 # 19.9 -> 14.8 min; BENCHMARKS.md). The programs are the same; only Eigen's split of the work
 # over threads changes, i.e. float summation order. Set before any test imports jax; subprocesses inherit it
 # (and those that import this module, inheriting PYTEST_XDIST_WORKER too, find it set already).
-# LLVM's -O1 for XLA:CPU's kernels: most of the suite's CPU time is compiling its tiny programs, and -O1 cuts a
+# LLVM's -O1 for XLA:CPU's kernels: about half the suite's CPU time is compiling its tiny programs, and -O1 cuts a
 # train chunk's compile ~10 % (BENCHMARKS.md). It leaves XLA's own passes, and so the arithmetic, as they are: a
 # 2-task tiny run's results.json at -O1 equals the default's bit for bit.
 WORKER_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "--xla_backend_optimization_level=1")
@@ -29,8 +29,8 @@ def xla_flags(*flags: str) -> str:
   return " ".join([os.environ.get("XLA_FLAGS", ""), *flags]).strip()
 
 
-if os.environ.get("PYTEST_XDIST_WORKER") and WORKER_FLAGS[0] not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = xla_flags(*WORKER_FLAGS)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+  os.environ["XLA_FLAGS"] = xla_flags(*[f for f in WORKER_FLAGS if f not in os.environ.get("XLA_FLAGS", "")])
 
 
 def golden_dir() -> pathlib.Path:

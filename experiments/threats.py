@@ -109,6 +109,7 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   raise ValueError(grid)
 
 
+BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
 GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS}
 
 
@@ -117,7 +118,7 @@ def cells(grid: str, seeds, chosen=None) -> list[Cell]:
   out = []
   for seed in seeds:
     for head, v in grid_variants(grid, chosen):
-      if grid == "paper_steps" and v.method in ("finetune", "joint") and seed > 0:
+      if grid == "paper_steps" and v.method in BOUNDS and seed > 0:
         continue  # the bounds: seed 0 only
       out.append(Cell(grid, GRIDS[grid], head, v, seed))
   return out
@@ -204,6 +205,10 @@ def table(rows, chosen) -> str:
     if not rs:
       continue
     lines += [f"## {grid}: {studies.budget(GRIDS[grid])}", ""]
+    rs, pending = _complete(rs)
+    if pending:
+      lines += ["Not in the means (their head's other methods lack the seed): " + ", ".join(
+          f"{r['method']} {r['head']} seed {r['seed']}" for r in pending) + ".", ""]
     body = []
     for head, label in dict.fromkeys((r["head"], r["method"]) for r in rs):
       c = _cell_rows(rs, grid, label, head)
@@ -231,6 +236,18 @@ def table(rows, chosen) -> str:
         studies.num(r["m1"]), studies.num(r["sgd"]), studies.health_cell(r),
         studies.num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
+
+
+def _complete(rows) -> tuple[list[dict], list[dict]]:
+  """(rows, pending): a grid's rows whose seed every compared method of their head has finished, and the rest,
+  so that each head's means run over the same seeds (the bounds, seed 0 only, are not waited for)."""
+  seeds = {}
+  for r in rows:
+    if r["method"] not in BOUNDS:
+      seeds.setdefault(r["head"], {}).setdefault(r["method"], set()).add(r["seed"])
+  shared = {h: set.intersection(*by_method.values()) for h, by_method in seeds.items()}
+  keep = [r["method"] in BOUNDS or r["seed"] in shared[r["head"]] for r in rows]
+  return [r for r, k in zip(rows, keep) if k], [r for r, k in zip(rows, keep) if not k]
 
 
 def _choice_cell(rows, method, weight, means) -> str:
@@ -277,7 +294,7 @@ def _differences(rows, grid, chosen) -> list[str]:
                     "centred"))
   if grid == "paper_steps":
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
-    pairs += [(m, bound, "centred", "centred") for bound in ("finetune", "joint") for m in ("SD onlypast", "Co2L")]
+    pairs += [(m, bound, "centred", "centred") for bound in BOUNDS for m in ("SD onlypast", "Co2L")]
   body = []
   for a, b, ha, hb, *least in pairs:
     for metric, name in (("m1", "test L-BFGS"), ("sgd", "test SGD probe"), ("lbfgs", "validation L-BFGS")):

@@ -262,3 +262,19 @@ def test_paper_steps_pairs_both_methods_with_each_bound_once_it_has_run():
   text = "\n".join(threats._differences([*rows, row("joint", 94.5)], "paper_steps", {}))
   assert "| SD onlypast − joint | centred | test L-BFGS | 1 | -2.50 | too few pairs |" in text
   assert "| Co2L − joint | centred | validation L-BFGS | 1 | -3.50 | too few pairs |" in text
+
+
+def test_threats_means_run_over_the_seeds_every_method_of_the_head_has():
+  def row(label, seed, m1, head="centred"):
+    return {"grid": "paper_steps", "method": label, "head": head, "seed": seed, "m1": m1, "m2": 99.0,
+            "sgd": None, "validation": {"lbfgs": m1 - 1}, "flags": [], "raw_pixels": None, "train_s": 1.0,
+            "commit": "abc", "date": "2026-12-04", "point": "p60k", "final_row": [m1] * 5}
+  rows = [row("SD onlypast", 0, 90.0), row("Co2L", 0, 88.0), row("finetune", 0, 80.0),
+          row("SD onlypast", 1, 96.0), row("SD onlypast", 1, 70.0, "published")]  # seed 1's Co2L: not yet
+  text = threats.table(rows, {})
+  section = text.split("## Every run")[0]
+  assert "Not in the means (their head's other methods lack the seed): SD onlypast centred seed 1." in section
+  assert "| SD onlypast | centred | 1 | 89.00 | – | 90.00 |" in section  # not (90 + 96) / 2 over 2 seeds
+  assert "| SD onlypast | published | 1 | 69.00 | – | 70.00 |" in section  # alone on its head: nothing to wait for
+  assert "| finetune | centred | 1 | 79.00 | – | 80.00 |" in section  # a bound: seed 0 only by design
+  assert "| paper_steps | centred | SD onlypast | 1 | 95.00 | 96.00 |" in text.split("## Every run")[1]

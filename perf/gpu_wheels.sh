@@ -22,9 +22,10 @@ with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED
       continue
     data = zin.read(item)
     if item.filename.endswith(".dist-info/RECORD"):
-      data = b"".join(l for l in data.splitlines(keepends=True) if not l.split(b",")[0].decode() in DROP)
+      data = b"".join(l for l in data.splitlines(keepends=True) if l.split(b",")[0].decode() not in DROP)
     zout.writestr(item, data)
 tmp.replace(src)
 EOF
 ls -l .whl
-echo "carry: $(du -cm .whl | tail -1 | cut -f1) MiB of wheels + $(git ls-files -z | du -cm --files0-from=- | tail -1 | cut -f1) MiB tracked (limit 64)"
+mib() { awk '{s += $1} END {printf "%.1f", s / 1048576}'; }  # exact bytes: du -m rounds each file up to a MiB
+echo "carry: $(stat -c %s .whl/* | mib) MiB of wheels + $(git ls-files -z | xargs -0 stat -c %s | mib) MiB tracked (limit 64)"

@@ -427,8 +427,17 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
 def test_findings_draws_the_threats_and_the_paper_scale_pair_from_the_shipped_runs():
   from experiments import findings  # noqa: PLC0415
   got = {label: d for panel, label, d in findings.intervals() if panel == "main"}
-  for part in ("each at its chosen λ", "memory 500", "5 × 59,000 digits, centred", "5 × 59,000 digits, published"):
+  for part in ("each at its chosen λ", "memory 500"):
     assert [len(d) for label, d in got.items() if part in label] == [3], part
+  # The paper-step pairs, seed by seed from the shipped runs: a seed counts once both methods of the head have it.
+  runs = findings.REPO / "results" / "threats" / "runs" / "paper_steps" / "p60k"
+  score = lambda path: json.loads((path / "results.json").read_text())["final"]["domain_il"]
+  for head in ("centred", "published"):
+    sds = sorted((runs / head).glob("SD_onlypast_s*"))
+    pairs = [(sd, runs / head / sd.name.replace("SD_onlypast", "Co2L")) for sd in sds]
+    want = [score(sd) - score(co2l) for sd, co2l in pairs if (co2l / "results.json").exists()]
+    (steps,) = [d for label, d in got.items() if f"5 × 59,000 digits, {head}" in label]
+    assert len(want) >= 3 and steps == pytest.approx(want), head
   # The paper-scale pair, seed by seed from the cells' own files: SD − Co2L per-angle on the centred head.
   folder = findings.REPO / "results" / "rmnist_paper"
   final = lambda name: json.loads((folder / name / "results.json").read_text())["final"]["domain_il"]

@@ -3,6 +3,7 @@
 import importlib
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -430,17 +431,18 @@ def test_findings_draws_the_threats_and_the_paper_scale_pair_from_the_shipped_ru
   for part in ("each at its chosen λ", "memory 500"):
     assert [len(d) for label, d in got.items() if part in label] == [3], part
   final = lambda run: json.loads((run / "results.json").read_text())["final"]["domain_il"]
+  seed = lambda run: int(re.search(r"\d+$", run.name).group())  # by number: seed 10 after seed 9
   # The paper-step pairs, seed by seed from the shipped runs: a seed counts once both methods of the head have it.
   runs = findings.REPO / "results" / "threats" / "runs" / "paper_steps" / "p60k"
   for head in ("centred", "published"):
-    sds = sorted((runs / head).glob("SD_onlypast_s*"), key=lambda run: int(run.name.rsplit("_s", 1)[1]))
+    sds = sorted((runs / head).glob("SD_onlypast_s*"), key=seed)
     pairs = [(sd, runs / head / sd.name.replace("SD_onlypast", "Co2L")) for sd in sds]
     want = [final(sd) - final(co2l) for sd, co2l in pairs if (co2l / "results.json").exists()]
     (steps,) = [d for label, d in got.items() if f"5 × 59,000 digits, {head}" in label]
     assert len(want) >= 3 and steps == pytest.approx(want), head
   # The paper-scale pair, seed by seed from the cells' own files: SD − Co2L per-angle on the centred head.
   folder = findings.REPO / "results" / "rmnist_paper"
-  seeds = sorted(int(p.name[-1]) for p in folder.glob("sd_centred_seed*") if (folder / f"co2l_{p.name[3:]}").exists())
+  seeds = sorted(seed(p) for p in folder.glob("sd_centred_seed*") if (folder / f"co2l_{p.name[3:]}").exists())
   (paper,) = [d for label, d in got.items() if label.startswith("paper scale")]
   assert len(seeds) >= 2 and paper == pytest.approx(
       [final(folder / f"sd_centred_seed{s}") - final(folder / f"co2l_centred_seed{s}") for s in seeds])

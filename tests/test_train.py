@@ -253,6 +253,27 @@ def test_unwritable_workdir(tmp_path):
     Run(tiny_config(), blocker / "sub")
 
 
+def test_workdir_probe_leaves_another_process_probe_alone(tmp_path):
+  # Processes of one multi-host run prepare the same folder at once: a shared probe name let one process delete
+  # the other's probe, whose own delete then failed ("not writable: No such file or directory").
+  others = [tmp_path / ".write_test", tmp_path / ".write_test_other"]
+  for f in others:
+    f.write_text("another process")
+  assert checkpoint.prepare_workdir(tmp_path) == tmp_path
+  assert sorted(tmp_path.iterdir()) == sorted(others)  # both still there, and no probe of its own left behind
+
+
+def test_atomic_write_leaves_another_writer_temporary_file_alone(tmp_path):
+  other = tmp_path / "seeds.md.tmp"  # the name a shared temporary file had: another process's write in flight
+  other.write_text("another process")
+  checkpoint.write_text_atomic(tmp_path / "seeds.md", "| seed |")
+  checkpoint.write_json_atomic(tmp_path / "r.json", {"a": [1.5]})
+  assert other.read_text() == "another process"
+  assert (tmp_path / "seeds.md").read_text() == "| seed |"
+  assert json.loads((tmp_path / "r.json").read_text()) == {"a": [1.5]}
+  assert sorted(f.name for f in tmp_path.iterdir()) == ["r.json", "seeds.md", "seeds.md.tmp"]
+
+
 def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   import tensorflow_datasets as tfds  # noqa: PLC0415  (optional dependency, only for data.source=tfds)
   c = cifar10.get_config()

@@ -28,11 +28,17 @@ from lasp_jax.errors import ConfigError, TrainingError
 
 def write_json_atomic(path, obj) -> None:
   """Writes JSON to a temporary file in the same folder, then renames it."""
+  write_text_atomic(path, json.dumps(obj, indent=1, sort_keys=False))
+
+
+def write_text_atomic(path, text: str) -> None:
+  """Writes ``text`` to a temporary file of its own in the same folder (writers in several processes never share
+  one), then renames it over ``path``: readers see the old file or the new one, never part of one."""
   path = pathlib.Path(path)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
   try:
     with os.fdopen(fd, "w") as f:
-      json.dump(obj, f, indent=1, sort_keys=False)
+      f.write(text)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -40,13 +46,6 @@ def write_json_atomic(path, obj) -> None:
     if os.path.exists(tmp):
       os.unlink(tmp)
     raise
-
-
-def write_text_atomic(path, text: str) -> None:
-  path = pathlib.Path(path)
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(text)
-  os.replace(tmp, path)
 
 
 def all_finite(tree) -> bool:
@@ -109,9 +108,9 @@ def prepare_workdir(workdir) -> pathlib.Path:
   path = pathlib.Path(workdir)
   try:
     path.mkdir(parents=True, exist_ok=True)
-    probe_file = path / ".write_test"
-    probe_file.write_text("ok")
-    probe_file.unlink()
+    # A probe name of its own: processes of one multi-host run prepare the same folder at once.
+    with tempfile.NamedTemporaryFile(dir=path, prefix=".write_test_"):
+      pass
   except OSError as e:
     raise ConfigError(f"workdir {str(path)!r} is not writable: {e.strerror}") from None
   return path

@@ -134,6 +134,17 @@ def test_tiny_imagenet_folder_cache_and_checksum(tmp_path):
     sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
 
 
+def test_tiny_imagenet_cache_build_leaves_another_builder_temporary_file_alone(tmp_path):
+  _fake_tiny(tmp_path)
+  other = tmp_path / "tiny-imagenet-200.tmp.npz"  # the name a shared temporary file had: another process's build
+  other.write_bytes(b"another process")
+  sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  assert other.read_bytes() == b"another process"
+  assert sorted(f.name for f in tmp_path.iterdir()) == [
+      "tiny-imagenet-200", "tiny-imagenet-200.npz", "tiny-imagenet-200.npz.sha256", "tiny-imagenet-200.tmp.npz"]
+  sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))  # its checksum matches
+
+
 def test_tiny_imagenet_wrong_layout(tmp_path):
   (tmp_path / "tiny-imagenet-200").mkdir()
   with pytest.raises(DataError, match="wnids.txt"):

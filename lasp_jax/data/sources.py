@@ -27,6 +27,7 @@ import io
 import os
 import pathlib
 import pickle
+import tempfile
 from typing import Optional
 
 import numpy as np
@@ -362,10 +363,17 @@ def load_tiny_imagenet(data_dir=None, **_) -> ArrayDataset:
     if not (root / need).exists():
       raise _missing("tiny_imagenet", data_dir, TINY_LAYOUT, f"missing {need}")
   tx, ty, vx, vy, n = _decode_tiny(root)
-  tmp = cache.with_suffix(".tmp.npz")
-  np.savez_compressed(tmp, train_images=tx, train_labels=ty, test_images=vx, test_labels=vy, num_classes=n)
-  os.replace(tmp, cache)
-  digest.write_text(file_digest(cache) + "\n")
+  # A temporary file of its own (processes of one multi-host run may build the cache at once), and the checksum
+  # before the cache appears: whoever finds the cache finds its checksum.
+  fd, tmp = tempfile.mkstemp(dir=base, prefix=cache.name + ".", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      np.savez_compressed(f, train_images=tx, train_labels=ty, test_images=vx, test_labels=vy, num_classes=n)
+    digest.write_text(file_digest(tmp) + "\n")
+    os.replace(tmp, cache)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
   return ArrayDataset("tiny_imagenet", tx, ty, vx, vy, n)
 
 

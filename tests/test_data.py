@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 import tarfile
+import time
 
 import numpy as np
 import pytest
@@ -143,6 +144,21 @@ def test_tiny_imagenet_cache_build_leaves_another_builder_temporary_file_alone(t
   assert sorted(f.name for f in tmp_path.iterdir()) == [
       "tiny-imagenet-200", "tiny-imagenet-200.npz", "tiny-imagenet-200.npz.sha256", "tiny-imagenet-200.tmp.npz"]
   sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))  # its checksum matches
+
+
+def test_tiny_imagenet_builders_at_different_times_write_the_same_bytes(tmp_path, monkeypatch):
+  # Two processes building at once may pair one's checksum with the other's cache: the bytes must not depend on
+  # the clock (zip members carry a timestamp; np.savez_compressed stamps the current time).
+  _fake_tiny(tmp_path)
+  cache, digest = tmp_path / "tiny-imagenet-200.npz", tmp_path / "tiny-imagenet-200.npz.sha256"
+  sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  first, first_digest = cache.read_bytes(), digest.read_text()
+  cache.unlink()
+  digest.unlink()
+  later = time.time() + 86400 * 400  # another day, another year
+  monkeypatch.setattr(time, "time", lambda: later)
+  sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
+  assert cache.read_bytes() == first and digest.read_text() == first_digest
 
 
 def test_tiny_imagenet_wrong_layout(tmp_path):

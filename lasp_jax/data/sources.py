@@ -364,7 +364,8 @@ def load_tiny_imagenet(data_dir=None, **_) -> ArrayDataset:
       raise _missing("tiny_imagenet", data_dir, TINY_LAYOUT, f"missing {need}")
   tx, ty, vx, vy, n = _decode_tiny(root)
   # A temporary file of its own (processes of one multi-host run may build the cache at once), and the checksum
-  # before the cache appears: whoever finds the cache finds its checksum.
+  # before the cache appears: whoever finds the cache finds its checksum. Builders of one folder write the same
+  # bytes (np.savez dates every member 1980-01-01), so one builder's checksum also matches the other's cache.
   fd, tmp = tempfile.mkstemp(dir=base, prefix=cache.name + ".", suffix=".tmp")
   try:
     with os.fdopen(fd, "wb") as f:

@@ -428,8 +428,10 @@ def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
 def test_findings_draws_the_threats_and_the_paper_scale_pair_from_the_shipped_runs():
   from experiments import findings  # noqa: PLC0415
   got = {label: d for panel, label, d in findings.intervals() if panel == "main"}
-  for part in ("each at its chosen λ", "memory 500"):
+  for part in ("each at its chosen λ", "d600, memory 500"):
     assert [len(d) for label, d in got.items() if part in label] == [3], part
+  m500 = list((findings.REPO / "results/threats/runs/memory500_steps/p60k/centred").glob("Co2L_s*"))
+  assert [len(d) for label, d in got.items() if "paper steps, memory 500" in label] == [len(m500)]
   final = lambda run: json.loads((run / "results.json").read_text())["final"]["domain_il"]
   seed = lambda run: int(re.search(r"\d+$", run.name).group())  # by number: seed 10 after seed 9
   # The paper-step pairs, seed by seed from the shipped runs: a seed counts once both methods of the head have it.

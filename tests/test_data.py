@@ -148,7 +148,7 @@ def test_tiny_imagenet_cache_build_leaves_another_builder_temporary_file_alone(t
 
 def test_tiny_imagenet_builders_at_different_times_write_the_same_bytes(tmp_path, monkeypatch):
   # Two processes building at once may pair one's checksum with the other's cache: the bytes must not depend on
-  # the clock (zip members carry a timestamp; np.savez_compressed stamps the current time).
+  # the clock (zip members carry a timestamp; np.savez_compressed fixes it at 1980-01-01, a writestr would not).
   _fake_tiny(tmp_path)
   cache, digest = tmp_path / "tiny-imagenet-200.npz", tmp_path / "tiny-imagenet-200.npz.sha256"
   sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))

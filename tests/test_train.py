@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import pathlib
 import tempfile
 
 import jax
@@ -16,6 +17,7 @@ from lasp_jax.eval import probe
 from lasp_jax.loop import checkpoint, steps
 from lasp_jax.loop.train_state import make_optimizer, with_learning_rate
 from lasp_jax.method import lookahead, mask_search, modulation, pools
+from lasp_jax.platform import files
 from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
@@ -272,6 +274,29 @@ def test_atomic_write_leaves_another_writer_temporary_file_alone(tmp_path):
   assert (tmp_path / "seeds.md").read_text() == "| seed |"
   assert json.loads((tmp_path / "r.json").read_text()) == {"a": [1.5]}
   assert sorted(f.name for f in tmp_path.iterdir()) == ["r.json", "seeds.md", "seeds.md.tmp"]
+
+
+def test_atomic_write_that_fails_midway_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+  target = tmp_path / "cache.npz"
+  target.write_bytes(b"old")
+  seen = []
+
+  def write(f):
+    f.write(b"half of the new")
+    raise OSError("disk full")
+
+  with pytest.raises(OSError, match="disk full"):
+    files.write_atomic(target, write, binary=True, before_replace=seen.append)
+  assert target.read_bytes() == b"old" and seen == []  # no checksum written for a file that never appeared
+  assert [f.name for f in tmp_path.iterdir()] == ["cache.npz"]
+  # A hook that fails (e.g. the checksum's folder is gone) also leaves the old file and no temporary behind.
+  with pytest.raises(FileNotFoundError):
+    files.write_atomic(target, lambda f: f.write(b"new"), binary=True,
+                       before_replace=lambda tmp: (tmp_path / "gone" / "sum").write_text("x"))
+  assert target.read_bytes() == b"old" and [f.name for f in tmp_path.iterdir()] == ["cache.npz"]
+  files.write_atomic(target, lambda f: f.write(b"new"), binary=True,
+                     before_replace=lambda tmp: seen.append(pathlib.Path(tmp).read_bytes()))
+  assert target.read_bytes() == b"new" and seen == [b"new"]  # the hook saw the finished file before the rename
 
 
 def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):

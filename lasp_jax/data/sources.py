@@ -24,15 +24,14 @@ import gzip
 import hashlib
 import importlib.util
 import io
-import os
 import pathlib
 import pickle
-import tempfile
 from typing import Optional
 
 import numpy as np
 
 from lasp_jax.errors import DataError
+from lasp_jax.platform import files
 
 
 @dataclasses.dataclass
@@ -363,18 +362,13 @@ def load_tiny_imagenet(data_dir=None, **_) -> ArrayDataset:
     if not (root / need).exists():
       raise _missing("tiny_imagenet", data_dir, TINY_LAYOUT, f"missing {need}")
   tx, ty, vx, vy, n = _decode_tiny(root)
-  # A temporary file of its own (processes of one multi-host run may build the cache at once), and the checksum
-  # before the cache appears: whoever finds the cache finds its checksum. Builders of one folder write the same
-  # bytes (np.savez dates every member 1980-01-01), so one builder's checksum also matches the other's cache.
-  fd, tmp = tempfile.mkstemp(dir=base, prefix=cache.name + ".", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez_compressed(f, train_images=tx, train_labels=ty, test_images=vx, test_labels=vy, num_classes=n)
-    digest.write_text(file_digest(tmp) + "\n")
-    os.replace(tmp, cache)
-  finally:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
+  # Processes of one multi-host run may build the cache at once: each writes a temporary file of its own, and the
+  # checksum before the cache appears, so whoever finds the cache finds its checksum. Builders of one folder write
+  # the same bytes (np.savez dates every member 1980-01-01), so one builder's checksum also matches the other's cache.
+  files.write_atomic(
+      cache, lambda f: np.savez_compressed(f, train_images=tx, train_labels=ty, test_images=vx, test_labels=vy,
+                                            num_classes=n),
+      binary=True, before_replace=lambda tmp: digest.write_text(file_digest(tmp) + "\n"))
   return ArrayDataset("tiny_imagenet", tx, ty, vx, vy, n)
 
 

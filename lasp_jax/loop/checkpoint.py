@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 
 from lasp_jax import config_lib
 from lasp_jax.errors import ConfigError, TrainingError
+from lasp_jax.platform import files
 
 
 def write_json_atomic(path, obj) -> None:
@@ -32,20 +33,8 @@ def write_json_atomic(path, obj) -> None:
 
 
 def write_text_atomic(path, text: str) -> None:
-  """Writes ``text`` to a temporary file of its own in the same folder (writers in several processes never share
-  one), then renames it over ``path``: readers see the old file or the new one, never part of one."""
-  path = pathlib.Path(path)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  """Writes ``text`` so that readers see the old file or the new one, never part of one."""
+  files.write_atomic(path, lambda f: f.write(text))
 
 
 def all_finite(tree) -> bool:

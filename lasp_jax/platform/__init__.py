@@ -1,1 +1,1 @@
-"""XLA and host plumbing: CPU kernels, the compilation cache, host memory, clocks, numerics."""
+"""XLA and host plumbing: CPU kernels, the compilation cache, host memory, clocks, numerics, atomic files."""

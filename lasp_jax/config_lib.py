@@ -28,105 +28,84 @@ RESUME_FREE_KEYS = ("resume", "progress", "pictures", "train.checkpoint_every_st
 SEEDS_MODES = ("auto", "vmap", "sequential")
 
 
-def _choice(name, value, allowed):
-  if value not in allowed:
-    raise ConfigError(f"unknown {name} {value!r}; expected one of {list(allowed)}")
+# Keys that older configs may lack, and the value they mean.
+_DEFAULTS = {"seeds_mode": "auto", "lasp.subset": "searched", "data.validation_per_class": 0,
+             "data.train_per_class": 0, "eval.final_readouts": ()}
+
+# Each key's allowed values, its lower bound, or > 0: checked in this order, the first failure raised.
+_CHOICES = {
+    "dataset": sorted(sources.SOURCES), "method": methods_lib.METHODS, "seeds_mode": SEEDS_MODES,
+    "lasp.srs_data": choices.SRS_DATA, "lasp.subset": choices.SUBSETS,
+    "lasp.mask_objective": choices.MASK_OBJECTIVES, "lasp.restart_selection": choices.RESTART_SELECTIONS,
+    "model.past_bn": choices.PAST_BN, "data.scenario": choices.SCENARIOS, "compute_dtype": choices.COMPUTE_DTYPES,
+    "train.warmup_target": choices.WARMUP_TARGETS, "train.schedule": choices.SCHEDULES, "resume": choices.RESUME,
+    "eval.probe": choices.PROBES, "model.name": choices.MODELS, "model.conv_backward": cpu_kernels.CONV_BACKWARD,
+    "model.cpu_convs": cpu_kernels.CONVS, "model.winograd": choices.WINOGRAD, "boundaries": choices.BOUNDARIES,
+    "detection.detector": choices.DETECTORS,
+}
+_POSITIVE = ("detection.shift_threshold", "train.lr", "eval.lr", "train.temperature", "train.base_temperature",
+             "train.ird_temp_cur", "train.ird_temp_past", "model.width")
+_AT_LEAST = {
+    "detection.window": 2, "model.embedding_dim": 2, "train.batch_size": 2, "train.epochs_first": 1,
+    "train.epochs": 1, "train.steps_per_call": 1, "eval.epochs": 1, "eval.batch_size": 1, "data.num_tasks": 1,
+    "lasp.restarts": 1, "lasp.steps": 1, "lasp.eb_replicas": 1, "num_seeds": 1, "model.bn_groups": 1,
+    "train.weight_decay": 0, "memory.size": 0, "data.validation_per_class": 0, "data.train_per_class": 0,
+}
 
 
-def _at_least(name, value, low):
-  if value < low:
-    raise ConfigError(f"{name} must be >= {low}, got {value}")
+def _get(config, key):
+  node = config
+  for part in key.split("."):
+    if part not in node:
+      return _DEFAULTS[key]
+    node = node[part]
+  return node
 
 
-def _positive(name, value):
-  if not value > 0:
-    raise ConfigError(f"{name} must be > 0, got {value}")
+def _fail(condition, message: str) -> None:
+  if condition:
+    raise ConfigError(message)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
-  _choice("dataset", config.dataset, sorted(sources.SOURCES))
-  _choice("method", config.method, methods_lib.METHODS)
-  if config.data.source not in choices.DATA_SOURCES.get(config.dataset, (config.data.source,)):
-    raise ConfigError(f"data.source {config.data.source!r} does not apply to dataset {config.dataset!r}; expected one "
-                      f"of {list(choices.DATA_SOURCES[config.dataset])}")
-  _choice("seeds_mode", config.get("seeds_mode", "auto"), SEEDS_MODES)
-  _choice("lasp.srs_data", config.lasp.srs_data, choices.SRS_DATA)
-  _choice("lasp.subset", config.lasp.get("subset", "searched"), choices.SUBSETS)
-  _choice("lasp.mask_objective", config.lasp.mask_objective, choices.MASK_OBJECTIVES)
-  _choice("lasp.restart_selection", config.lasp.restart_selection, choices.RESTART_SELECTIONS)
-  _choice("model.past_bn", config.model.past_bn, choices.PAST_BN)
-  _choice("data.scenario", config.data.scenario, choices.SCENARIOS)
-  _choice("compute_dtype", config.compute_dtype, choices.COMPUTE_DTYPES)
-  _choice("train.warmup_target", config.train.warmup_target, choices.WARMUP_TARGETS)
-  _choice("train.schedule", config.train.schedule, choices.SCHEDULES)
-  _choice("resume", config.resume, choices.RESUME)
-  _choice("eval.probe", config.eval.probe, choices.PROBES)
-  _choice("model.name", config.model.name, choices.MODELS)
-  _choice("model.conv_backward", config.model.conv_backward, cpu_kernels.CONV_BACKWARD)
-  _choice("model.cpu_convs", config.model.cpu_convs, cpu_kernels.CONVS)
-  _choice("model.winograd", config.model.winograd, choices.WINOGRAD)
-  _choice("boundaries", config.boundaries, choices.BOUNDARIES)
-  _choice("detection.detector", config.detection.detector, choices.DETECTORS)
-  _at_least("detection.window", config.detection.window, 2)
-  _positive("detection.shift_threshold", config.detection.shift_threshold)
-  if config.boundaries == "detected" and method(config).cumulative:
-    raise ConfigError(f"method {config.method!r} trains on every earlier task's data: it needs "
-                      f"boundaries='given'")
-  if config.boundaries == "detected" and config.num_seeds > 1 and config.seeds_mode == "vmap":
-    raise ConfigError("boundaries='detected' with seeds_mode='vmap': the seeds' boundaries need not coincide; "
-                      "use seeds_mode=sequential")
-  _positive("train.lr", config.train.lr)
-  _positive("eval.lr", config.eval.lr)
-  _positive("train.temperature", config.train.temperature)
-  _positive("train.base_temperature", config.train.base_temperature)
-  _positive("train.ird_temp_cur", config.train.ird_temp_cur)
-  _positive("train.ird_temp_past", config.train.ird_temp_past)
-  _positive("model.width", config.model.width)
-  if not 0.0 <= config.train.momentum < 1.0:
-    raise ConfigError(f"train.momentum must be in [0, 1), got {config.train.momentum}")
-  if not 0.0 < config.train.lr_min_ratio <= 1.0:
-    raise ConfigError(f"train.lr_min_ratio must be in (0, 1], got {config.train.lr_min_ratio}")
-  if config.train.weight_decay < 0:
-    raise ConfigError(f"train.weight_decay must be >= 0, got {config.train.weight_decay}")
-  _at_least("model.embedding_dim", config.model.embedding_dim, 2)
-  _at_least("train.batch_size", config.train.batch_size, 2)
-  _at_least("train.epochs_first", config.train.epochs_first, 1)
-  _at_least("train.epochs", config.train.epochs, 1)
-  _at_least("train.steps_per_call", config.train.steps_per_call, 1)
-  _at_least("eval.epochs", config.eval.epochs, 1)
-  _at_least("eval.batch_size", config.eval.batch_size, 1)
-  _at_least("data.num_tasks", config.data.num_tasks, 1)
-  _at_least("lasp.restarts", config.lasp.restarts, 1)
-  _at_least("lasp.steps", config.lasp.steps, 1)
-  _at_least("lasp.eb_replicas", config.lasp.eb_replicas, 1)
-  _at_least("num_seeds", config.num_seeds, 1)
-  _at_least("model.bn_groups", config.model.bn_groups, 1)
-  if config.train.batch_size % config.model.bn_groups:
-    raise ConfigError(f"train.batch_size {config.train.batch_size} is not divisible by model.bn_groups "
-                      f"{config.model.bn_groups}")
-  if config.train.tail_multiple < 0 or config.train.batch_size % max(config.train.tail_multiple, 1):
-    raise ConfigError(f"train.tail_multiple must be 0 or divide train.batch_size {config.train.batch_size}, got "
-                      f"{config.train.tail_multiple}")
-  if config.train.tail_multiple and config.model.bn_groups > 1:
-    raise ConfigError("train.tail_multiple needs model.bn_groups=1: a narrower step would group its BatchNorm rows "
-                      "differently")
-  if config.data.rotation_angles and len(config.data.rotation_angles) != config.data.num_tasks:
-    raise ConfigError(f"data.rotation_angles has {len(config.data.rotation_angles)} angles for "
-                      f"{config.data.num_tasks} tasks")
-  if config.memory.size < 0:
-    raise ConfigError(f"memory.size must be >= 0, got {config.memory.size}")
-  if config.memory.size == 0 and config.lasp.srs_data == "onlypast" and method(config).looks_ahead:
-    raise ConfigError("lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0: nothing to search")
-  if config.data.get("validation_per_class", 0) < 0:
-    raise ConfigError(f"data.validation_per_class must be >= 0, got {config.data.validation_per_class}")
-  unknown = [n for n in config.eval.get("final_readouts", ()) if n not in choices.PROBES]
-  if unknown:
-    raise ConfigError(f"eval.final_readouts: unknown read-out {', '.join(unknown)}; expected some of "
-                      f"{', '.join(choices.PROBES)}")
-  if config.data.get("train_per_class", 0) < 0:
-    raise ConfigError(f"data.train_per_class must be >= 0 (0: every training image), got "
-                      f"{config.data.train_per_class}")
+  for key, allowed in _CHOICES.items():
+    _fail(_get(config, key) not in allowed, f"unknown {key} {_get(config, key)!r}; expected one of {list(allowed)}")
+  for key in _POSITIVE:
+    _fail(not _get(config, key) > 0, f"{key} must be > 0, got {_get(config, key)}")
+  for key, low in _AT_LEAST.items():
+    _fail(_get(config, key) < low, f"{key} must be >= {low}, got {_get(config, key)}")
+  _check_ranges(config)
+  _check_combinations(config)
+
+
+def _check_ranges(c) -> None:
+  _fail(not 0.0 <= c.train.momentum < 1.0, f"train.momentum must be in [0, 1), got {c.train.momentum}")
+  _fail(not 0.0 < c.train.lr_min_ratio <= 1.0, f"train.lr_min_ratio must be in (0, 1], got {c.train.lr_min_ratio}")
+  _fail(c.train.tail_multiple < 0 or c.train.batch_size % max(c.train.tail_multiple, 1),
+        f"train.tail_multiple must be 0 or divide train.batch_size {c.train.batch_size}, got {c.train.tail_multiple}")
+  unknown = [n for n in _get(c, "eval.final_readouts") if n not in choices.PROBES]
+  _fail(bool(unknown), f"eval.final_readouts: unknown read-out {', '.join(unknown)}; expected some of "
+                       f"{', '.join(choices.PROBES)}")
+
+
+def _check_combinations(c) -> None:
+  sources_ok = choices.DATA_SOURCES.get(c.dataset, (c.data.source,))
+  _fail(c.data.source not in sources_ok, f"data.source {c.data.source!r} does not apply to dataset {c.dataset!r}; "
+                                         f"expected one of {list(sources_ok)}")
+  _fail(c.boundaries == "detected" and method(c).cumulative,
+        f"method {c.method!r} trains on every earlier task's data: it needs boundaries='given'")
+  _fail(c.boundaries == "detected" and c.num_seeds > 1 and c.seeds_mode == "vmap",
+        "boundaries='detected' with seeds_mode='vmap': the seeds' boundaries need not coincide; "
+        "use seeds_mode=sequential")
+  _fail(c.train.batch_size % c.model.bn_groups,
+        f"train.batch_size {c.train.batch_size} is not divisible by model.bn_groups {c.model.bn_groups}")
+  _fail(c.train.tail_multiple and c.model.bn_groups > 1,
+        "train.tail_multiple needs model.bn_groups=1: a narrower step would group its BatchNorm rows differently")
+  angles = len(c.data.rotation_angles or ())
+  _fail(angles and angles != c.data.num_tasks, f"data.rotation_angles has {angles} angles for {c.data.num_tasks} tasks")
+  _fail(c.memory.size == 0 and c.lasp.srs_data == "onlypast" and method(c).looks_ahead,
+        "lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0: nothing to search")
 
 
 # model.embedding_dim = 0 in a config: the published size for the method on that dataset.
@@ -158,9 +137,10 @@ def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """A copy with every derived setting filled in: the preset's keys (they win over the
   config's), and ``model.embedding_dim = 0`` -> the published size for the method."""
   c = ml_collections.ConfigDict(config.to_dict())
-  _choice("preset", c.get("preset", ""), PRESETS)
-  override(c, **PRESETS[c.get("preset", "")])
-  if c.get("preset", "") == "published":
+  preset = c.get("preset", "")
+  _fail(preset not in PRESETS, f"unknown preset {preset!r}; expected one of {list(PRESETS)}")
+  override(c, **PRESETS[preset])
+  if preset == "published":
     # The published commands' look-ahead data: R-MNIST SD searched on --onlypast, everything else on --onlycurrent.
     c.lasp.srs_data = method(c).published_srs_data.get(c.data.scenario, "onlycurrent")
   if c.model.embedding_dim == 0:

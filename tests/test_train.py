@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import pathlib
+import re
 import tempfile
 
 import jax
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from configs import cifar10
-from lasp_jax import train
+from lasp_jax import config_lib, train
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.eval import probe
 from lasp_jax.loop import checkpoint, steps
@@ -246,6 +247,19 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
 def test_bad_config_values(tmp_path, key, value, match):
   with pytest.raises(ConfigError, match=match):
     Run(tiny_config(**{key: value}), tmp_path)
+
+
+def test_every_checked_key_refuses_a_bad_value_and_names_itself():
+  # The checks are tables of keys: a key spelled wrong there, or one that no longer checks, fails here.
+  keys = [*config_lib._CHOICES, *config_lib._POSITIVE, *config_lib._AT_LEAST]
+  for key in keys:
+    typed = type(config_lib._get(tiny_config(), key))  # a value of the key's own type, outside what it allows
+    bad = ((typed("no-such-value") if typed is str else typed(-12345)) if key in config_lib._CHOICES else
+           0 if key in config_lib._POSITIVE else config_lib._AT_LEAST[key] - 1)
+    config_lib.validate(tiny_config())
+    with pytest.raises(ConfigError, match=f"^(unknown )?{re.escape(key)} "):
+      config_lib.validate(tiny_config(**{key: bad}))
+  assert len(keys) == len(set(keys)) > 40
 
 
 def test_unwritable_workdir(tmp_path):

@@ -30,7 +30,7 @@ SEEDS_MODES = ("auto", "vmap", "sequential")
 
 # Keys that older configs may lack, and the value they mean.
 _DEFAULTS = {"seeds_mode": "auto", "lasp.subset": "searched", "data.validation_per_class": 0,
-             "data.train_per_class": 0, "eval.final_readouts": ()}
+             "data.train_per_class": 0}
 
 # Each key's allowed values, its lower bound, or > 0: checked in this order, the first failure raised.
 _CHOICES = {
@@ -53,15 +53,6 @@ _AT_LEAST = {
 }
 
 
-def _get(config, key):
-  node = config
-  for part in key.split("."):
-    if part not in node:
-      return _DEFAULTS[key]
-    node = node[part]
-  return node
-
-
 def _fail(condition, message: str) -> None:
   if condition:
     raise ConfigError(message)
@@ -69,12 +60,13 @@ def _fail(condition, message: str) -> None:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
+  values = {**_DEFAULTS, **flat(config)}
   for key, allowed in _CHOICES.items():
-    _fail(_get(config, key) not in allowed, f"unknown {key} {_get(config, key)!r}; expected one of {list(allowed)}")
+    _fail(values[key] not in allowed, f"unknown {key} {values[key]!r}; expected one of {list(allowed)}")
   for key in _POSITIVE:
-    _fail(not _get(config, key) > 0, f"{key} must be > 0, got {_get(config, key)}")
+    _fail(not values[key] > 0, f"{key} must be > 0, got {values[key]}")
   for key, low in _AT_LEAST.items():
-    _fail(_get(config, key) < low, f"{key} must be >= {low}, got {_get(config, key)}")
+    _fail(values[key] < low, f"{key} must be >= {low}, got {values[key]}")
   _check_ranges(config)
   _check_combinations(config)
 
@@ -84,7 +76,7 @@ def _check_ranges(c) -> None:
   _fail(not 0.0 < c.train.lr_min_ratio <= 1.0, f"train.lr_min_ratio must be in (0, 1], got {c.train.lr_min_ratio}")
   _fail(c.train.tail_multiple < 0 or c.train.batch_size % max(c.train.tail_multiple, 1),
         f"train.tail_multiple must be 0 or divide train.batch_size {c.train.batch_size}, got {c.train.tail_multiple}")
-  unknown = [n for n in _get(c, "eval.final_readouts") if n not in choices.PROBES]
+  unknown = [n for n in c.eval.get("final_readouts", ()) if n not in choices.PROBES]
   _fail(bool(unknown), f"eval.final_readouts: unknown read-out {', '.join(unknown)}; expected some of "
                        f"{', '.join(choices.PROBES)}")
 

@@ -252,9 +252,10 @@ def test_bad_config_values(tmp_path, key, value, match):
 def test_every_checked_key_refuses_a_bad_value_and_names_itself():
   # The checks are tables of keys: a key spelled wrong there, or one that no longer checks, fails here.
   keys = [*config_lib._CHOICES, *config_lib._POSITIVE, *config_lib._AT_LEAST]
-  config_lib.validate(tiny_config())
+  good = tiny_config()
+  config_lib.validate(good)
   for key in keys:
-    typed = type(config_lib.flat(tiny_config())[key])  # a value of the key's own type, outside what it allows
+    typed = type(config_lib.flat(good)[key])  # a value of the key's own type, outside what it allows
     bad = ((typed("no-such-value") if typed is str else typed(-12345)) if key in config_lib._CHOICES else
            0 if key in config_lib._POSITIVE else config_lib._AT_LEAST[key] - 1)
     with pytest.raises(ConfigError, match=f"^(unknown )?{re.escape(key)} "):

@@ -13,7 +13,8 @@ validation set: 100 training digits per class that no run trains on (``data.vali
 digits are the study's own, so a cell at the study's settings repeats its run), scored at every domain's angle.
 
 Grids:
-  lambda       d600: SD (searched on onlycurrent) and Co2L at lambda in {0.5, 1, 2, 5}, seeds 0-2. Each method's
+  lambda       d600: SD (searched on onlycurrent) at lambda in {0, 0.1, 0.25, 0.5, 1, 2, 5} (0: SupCon replay with no
+               distillation at all) and Co2L at lambda in {0.5, 1, 2, 5}, seeds 0-2. Each method's
                lambda is the one with the best mean L-BFGS validation accuracy (a lambda with a diverged or
                flagged seed is never chosen); the test digits play no part (``choose``).
   tuned        d2500: SD and Co2L, each at the lambda the ``lambda`` grid chose for it, seeds 0-2, on the test
@@ -24,6 +25,9 @@ Grids:
                every domain (task 0 too: the paper's ~2,340 optimizer steps per later domain), the published
                lambda; SD (searched on onlypast, the published command) and Co2L on both heads, finetune and
                joint on the centred head.
+  paper_steps_current  the paper_steps point with SD searched on onlycurrent, as the paper's Table 1 caption says
+               every proposed method ran (the published R-MNIST command searched onlypast), both heads, paired
+               with paper_steps' Co2L runs of the same seed and head.
   memory500_steps  the paper_steps point with a replay memory of 500: SD (onlypast) and Co2L on the centred head.
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
 """
@@ -43,7 +47,10 @@ from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
 
-LAMBDAS = (0.5, 1.0, 2.0, 5.0)
+# Each method's validation grid of distillation weights; SD's reaches 0 (its validation accuracy fell with lambda
+# down to the old grid's bottom, 0.5).
+LAMBDAS = {"SD": (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0), "Co2L": (0.5, 1.0, 2.0, 5.0)}
+ALL_LAMBDAS = tuple(sorted({w for ws in LAMBDAS.values() for w in ws}))
 VALIDATION_PER_CLASS = 100
 # Added to every cell: the two read-outs and the validation digits (the published probe re-augments its views).
 COMMON = {"data.validation_per_class": VALIDATION_PER_CLASS, "eval.final_readouts": ("sgd",), "eval.augment": True}
@@ -96,7 +103,8 @@ class Cell:
 def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Variant]]:
   """(head, variant) of a grid, in run order; ``tuned`` needs ``chosen`` (method -> lambda)."""
   if grid == "lambda":  # the published pair first: the study's own runs, repeated with a validation set
-    pairs = [*PUBLISHED_LAMBDA.items(), *((m, w) for w in LAMBDAS for m in METHODS if PUBLISHED_LAMBDA[m] != w)]
+    pairs = [*PUBLISHED_LAMBDA.items(),
+             *((m, w) for w in ALL_LAMBDAS for m in METHODS if w in LAMBDAS[m] and PUBLISHED_LAMBDA[m] != w)]
     return [("centred", lambda_variant(m, w)) for m, w in pairs]
   if grid == "tuned":
     return [("centred", lambda_variant(m, chosen[m])) for m in METHODS if m in chosen]
@@ -108,6 +116,8 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   if grid == "paper_steps":
     return [*((h, v) for h in ("centred", "published") for v in (sd, co2l)),
             ("centred", Variant("finetune", "finetune")), ("centred", Variant("joint", "joint"))]
+  if grid == "paper_steps_current":
+    return [(h, Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))) for h in ("centred", "published")]
   if grid == "memory500_steps":  # the paper's second memory column at the paper-step point, the published lambda
     return [("centred", dataclasses.replace(v, keys=(*v.keys, ("memory.size", 500)))) for v in (sd, co2l)]
   raise ValueError(grid)
@@ -115,7 +125,7 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
 
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
 GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS,
-         "memory500_steps": PAPER_STEPS}
+         "memory500_steps": PAPER_STEPS, "paper_steps_current": PAPER_STEPS}
 
 
 def cells(grid: str, seeds, chosen=None) -> list[Cell]:
@@ -168,9 +178,9 @@ def choose(rows, readout: str = "lbfgs") -> dict:
   out = {}
   for method in METHODS:
     cells = {w: [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
-             for w in LAMBDAS}
+             for w in LAMBDAS[method]}
     seeds = {w: sorted(r["seed"] for r in rs) for w, rs in cells.items()}
-    if not all(seeds.values()) or any(s != seeds[LAMBDAS[0]] for s in seeds.values()):
+    if not all(seeds.values()) or any(s != seeds[LAMBDAS[method][0]] for s in seeds.values()):
       continue  # the grid is not whole yet
     healthy = {w: [r for r in rs if _healthy(r)] for w, rs in cells.items()}
     means = {w: aggregate.mean_std(r["validation"][readout] for r in rs)[0] for w, rs in healthy.items() if rs}
@@ -184,17 +194,19 @@ def _cell_rows(rows, grid, label, head="centred"):
   return [r for r in rows if (r["grid"], r["method"], r["head"]) == (grid, label, head)]
 
 
-def _pairs(rows, grid, a, b, head_a="centred", head_b="centred") -> list[tuple[dict, dict]]:
-  """(row of a, row of b) for every seed both ran, by seed."""
-  B = {r["seed"]: r for r in _cell_rows(rows, grid, b, head_b)}
+def _pairs(rows, grid, a, b, head_a="centred", head_b="centred", grid_b=None) -> list[tuple[dict, dict]]:
+  """(row of a, row of b) for every seed both ran, by seed; b from ``grid_b`` when given (a grid of one method,
+  paired with another grid's runs at the same point)."""
+  B = {r["seed"]: r for r in _cell_rows(rows, grid_b or grid, b, head_b)}
   return [(r, B[r["seed"]]) for r in sorted(_cell_rows(rows, grid, a, head_a), key=lambda r: r["seed"])
           if r["seed"] in B]
 
 
-def paired(rows, grid, a, b, metric, head_a="centred", head_b="centred") -> list[float]:
-  """a − b in ``metric``, seed by seed, over the seeds both ran in one grid (grids share points and labels)."""
+def paired(rows, grid, a, b, metric, head_a="centred", head_b="centred", grid_b=None) -> list[float]:
+  """a − b in ``metric``, seed by seed, over the seeds both ran in one grid (grids share points and labels), or b
+  in ``grid_b``."""
   key = lambda r: r.get(metric) if metric in ("m1", "m2", "sgd", "sgd_last") else (r["validation"] or {}).get(metric)
-  return [key(x) - key(y) for x, y in _pairs(rows, grid, a, b, head_a, head_b)
+  return [key(x) - key(y) for x, y in _pairs(rows, grid, a, b, head_a, head_b, grid_b)
           if key(x) is not None and key(y) is not None]
 
 
@@ -229,13 +241,16 @@ def table(rows, chosen) -> str:
     lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
-    lines += _differences(rs, grid, chosen)
-    if GRIDS[grid] is PAPER_STEPS:
+    lines += _differences(rs, grid, chosen, rows)
+    if grid in ("paper_steps", "memory500_steps"):
       lines += _by_domain(rs, grid)
+    if grid == "paper_steps_current":
+      lines += _by_domain(rows, grid, "SD onlycurrent", "Co2L", "paper_steps")
   if chosen:
     lines += ["## The choice (validation only)", "",
-              aggregate.markdown_table(["method", "chosen lambda", *(f"validation at {lam(w)}" for w in LAMBDAS)],
-                                       [[m, lam(w), *(_choice_cell(rows, m, x, means) for x in LAMBDAS)]
+              aggregate.markdown_table(["method", "chosen lambda", *(f"validation at {lam(w)}" for w in ALL_LAMBDAS)],
+                                       [[m, lam(w), *(_choice_cell(rows, m, x, means) if x in LAMBDAS[m] else "–"
+                                                      for x in ALL_LAMBDAS)]
                                         for m, (w, means) in chosen.items()]), ""]
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
@@ -273,13 +288,13 @@ def _ms(values) -> str:
   return f"{ms[0]:.2f}" if ms[2] == 1 else aggregate.cell(ms)
 
 
-def _by_domain(rows, grid, a="SD onlypast", b="Co2L") -> list[str]:
+def _by_domain(rows, grid, a="SD onlypast", b="Co2L", grid_b=None) -> list[str]:
   """a − b on each domain's test digits (test L-BFGS after the last task), seed by seed: where a paired
   difference comes from. Each seed draws its own angles, so a domain's index means another angle per seed."""
   # The runs' own angles: a paper_steps cell sets none, so its stream draws them from its seed.
   body = [[head, x["seed"], ", ".join(f"{v:.1f}" for v in streams.rotation_angles(len(x["final_row"]), x["seed"])),
            ", ".join(f"{u - v:+.2f}" for u, v in zip(x["final_row"], y["final_row"])), f"{x['m1'] - y['m1']:+.2f}"]
-          for head in ("centred", "published") for x, y in _pairs(rows, grid, a, b, head, head)
+          for head in ("centred", "published") for x, y in _pairs(rows, grid, a, b, head, head, grid_b)
           if x["m1"] is not None and y["m1"] is not None]
   if not body:
     return []
@@ -292,7 +307,8 @@ FIGURES = (("m1", "test L-BFGS"), ("sgd", "test SGD probe"), ("lbfgs", "validati
            ("m2", "test last angle (L-BFGS)"), ("sgd_last", "test last angle (SGD probe)"))
 
 
-def _differences(rows, grid, chosen) -> list[str]:
+def _differences(rows, grid, chosen, every_row=()) -> list[str]:
+  """The grid's paired differences; ``every_row``: all grids' rows, for a grid paired with another's runs."""
   pairs = []
   if grid in ("lambda", "memory500", "tuned"):
     sd = {"lambda": "SD lambda5", "memory500": "SD lambda5", "tuned": f"SD lambda{lam(chosen.get('SD', (5,))[0])}"
@@ -301,7 +317,7 @@ def _differences(rows, grid, chosen) -> list[str]:
           "tuned": f"Co2L lambda{lam(chosen.get('Co2L', (1,))[0])}" if chosen else None}[grid]
     pairs.append((sd, co, "centred", "centred"))
     if grid == "lambda":  # SD at every other weight against Co2L at the study's, once two seeds pair
-      pairs += [(f"SD lambda{lam(w)}", co, "centred", "centred", 2) for w in LAMBDAS if w != 5]
+      pairs += [(f"SD lambda{lam(w)}", co, "centred", "centred", 2) for w in LAMBDAS["SD"] if w != 5]
     if grid == "lambda" and set(METHODS) <= set(chosen):  # one method's grid may be whole before the other's
       pairs.append((f"SD lambda{lam(chosen['SD'][0])}", f"Co2L lambda{lam(chosen['Co2L'][0])}", "centred",
                     "centred"))
@@ -310,11 +326,15 @@ def _differences(rows, grid, chosen) -> list[str]:
   if grid == "paper_steps":
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
     pairs += [(m, bound, "centred", "centred") for bound in BOUNDS for m in ("SD onlypast", "Co2L")]
+  if grid == "paper_steps_current":  # against paper_steps' Co2L of the same seed and head
+    pairs += [("SD onlycurrent", "Co2L", h, h, 1, "paper_steps") for h in ("centred", "published")]
+    rows = list(every_row)
   body = []
-  for a, b, ha, hb, *least in pairs:
+  for a, b, ha, hb, *rest in pairs:
+    least, grid_b = (*rest, 1, None)[:2]
     for metric, name in FIGURES:
-      d = paired(rows, grid, a, b, metric, ha, hb)
-      if len(d) >= (least[0] if least else 1):
+      d = paired(rows, grid, a, b, metric, ha, hb, grid_b)
+      if len(d) >= least:
         body.append([f"{a} − {b}", ha, name, *aggregate.interval_cell(d)])
   if not body:
     return []

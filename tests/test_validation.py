@@ -87,10 +87,12 @@ def _row(label, seed, val, test, failed=False):
 
 def test_the_lambda_is_chosen_on_validation_accuracy_and_never_on_test_accuracy():
   # Validation prefers lambda 2 for SD and 0.5 for Co2L; the test figures prefer the opposite ends.
-  val = {"SD": {0.5: 70, 1.0: 75, 2.0: 80, 5.0: 78}, "Co2L": {0.5: 88, 1.0: 86, 2.0: 84, 5.0: 80}}
-  test = {"SD": {0.5: 95, 1.0: 60, 2.0: 60, 5.0: 60}, "Co2L": {0.5: 50, 1.0: 50, 2.0: 50, 5.0: 99}}
+  val = {"SD": {0.0: 66, 0.1: 67, 0.25: 68, 0.5: 70, 1.0: 75, 2.0: 80, 5.0: 78},
+         "Co2L": {0.5: 88, 1.0: 86, 2.0: 84, 5.0: 80}}
+  test = {"SD": {0.0: 99, 0.1: 99, 0.25: 99, 0.5: 95, 1.0: 60, 2.0: 60, 5.0: 60},
+          "Co2L": {0.5: 50, 1.0: 50, 2.0: 50, 5.0: 99}}
   rows = [_row(threats.lambda_variant(m, w).label, s, val[m][w] + s, test[m][w])
-          for m in val for w in threats.LAMBDAS for s in range(3)]
+          for m in val for w in threats.LAMBDAS[m] for s in range(3)]
   chosen = threats.choose(rows)
   assert {m: w for m, (w, _) in chosen.items()} == {"SD": 2.0, "Co2L": 0.5}
   assert chosen["SD"][1][2.0] == pytest.approx(81.0)
@@ -132,8 +134,9 @@ def test_validation_stream_is_none_without_a_validation_set():
 
 def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   cells = threats.cells("lambda", range(3))
-  assert len(cells) == 24 and [c.label for c in cells[:2]] == ["SD lambda5", "Co2L lambda1"]  # the study's pair
-  assert {c.seed for c in cells[:8]} == {0}  # seed-major: a partial grid still compares every lambda
+  assert len(cells) == 33 and [c.label for c in cells[:2]] == ["SD lambda5", "Co2L lambda1"]  # the study's pair
+  assert {c.seed for c in cells[:11]} == {0}  # seed-major: a partial grid still compares every lambda
+  assert [c.config().train.ird_weight for c in cells[:11] if c.variant.method == "sd"] == [5, 0, 0.1, 0.25, 0.5, 1, 2]
   sd = cells[0].config()
   study = studies.equal_heads_config(threats.D600, studies.VARIANTS[0], "centred", 0)
   differ = {k for k, v in config_lib.flat(sd).items() if config_lib.flat(study).get(k) != v}
@@ -147,6 +150,12 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   assert threats.cells("sdgm", range(1))[0].config().method == "sd_gm"
   steps = threats.cells("paper_steps", range(3))
   assert sum(c.label in ("finetune", "joint") for c in steps) == 2  # the bounds: seed 0 only
+  # SD searched on the current task, as the paper's caption says: the paper_steps SD cell but for the search data
+  current = threats.cells("paper_steps_current", range(1))
+  assert [(c.head, c.point) for c in current] == [("centred", threats.PAPER_STEPS), ("published", threats.PAPER_STEPS)]
+  onlypast = next(c for c in steps if c.label == "SD onlypast" and c.head == "centred").config()
+  assert config_lib.differing_keys(config_lib.flat(current[0].config()), config_lib.flat(onlypast)) == [
+      "lasp.srs_data"]
   p = steps[0].config()
   # per class 0: every training digit but the validation digits
   assert (p.data.train_per_class, p.data.num_tasks, p.train.epochs_first, p.train.epochs) == (0, 5, 20, 20)
@@ -187,10 +196,12 @@ def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
             "raw_pixels": 50.0,
             "train_s": 1.0, "commit": "abc", "date": "2026-12-01", "point": "d600"}
   rows = [row(threats.lambda_variant(m, w).label, s, 80.0 + w + s + (5 if m == "Co2L" else 0), 70.0 + w)
-          for m in threats.METHODS for w in threats.LAMBDAS for s in range(3)]
+          for m in threats.METHODS for w in threats.LAMBDAS[m] for s in range(3)]
   chosen = threats.choose(rows)
   text = threats.table(rows, chosen)
-  assert "| SD | 5 | 70.50 | 71.00 | 72.00 | 75.00 |" in text  # validation means at 0.5, 1, 2, 5
+  # validation means at 0, 0.1, 0.25, 0.5, 1, 2, 5; Co2L's grid starts at 0.5
+  assert "| SD | 5 | 70.00 | 70.10 | 70.25 | 70.50 | 71.00 | 72.00 | 75.00 |" in text
+  assert "| Co2L | 5 | – | – | – | 70.50 | 71.00 | 72.00 | 75.00 |" in text
   # SD at 5 − Co2L at 1: test (85 + s) − (86 + s) = −1 in every seed
   assert "| SD lambda5 − Co2L lambda1 | centred | test L-BFGS | 3 | -1.00 [-1.00, -1.00] | below" in text
   # last angle by L-BFGS (test + 5) and by the probe (validation + 20: 75 − 71 in every seed)
@@ -247,7 +258,7 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
                        text=True, timeout=120, cwd=pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps, "
-      "memory500_steps)"]
+      "memory500_steps, paper_steps_current)"]
 
 
 def test_gm_boundary_table_by_hand(tmp_path):

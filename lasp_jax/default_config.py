@@ -6,7 +6,8 @@ import ml_collections
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.dataset = "mnist5k"          # mnist5k | mnist | cifar10 | tiny_imagenet | synthetic
-  c.method = "sd"                # co2l | sd | gm | sd_gm | finetune (lower bound) | joint (upper bound)
+  c.method = "sd"                # method/registry.py: co2l | sd | gm | sd_gm | finetune | joint (contrastive);
+                                 # er | der | derpp | ce_finetune | ce_joint (cross-entropy)
   c.seed = 0                     # changes init, shuffling, augmentation, angles, memory, mask search
   c.num_seeds = 1                # > 1: seeds seed..seed+N-1 (seeds.py), each in WORKDIR/seed_<k>/,
                                  # mean (std) in WORKDIR/seeds.md
@@ -44,7 +45,8 @@ def base_config() -> ml_collections.ConfigDict:
                                                     train_per_class=16, test_per_class=8))
 
   c.model = ml_collections.ConfigDict()
-  c.model.name = "mnistnet"      # resnet18 | mnistnet
+  c.model.name = "mnistnet"      # resnet18 | mnistnet | mlp
+  c.model.hidden = (100, 100)    # mlp: hidden widths (the DER paper's MNIST net: 784-100-100)
   c.model.width = 1.0            # channel multiplier (tests use tiny widths)
   c.model.num_blocks = (2, 2, 2, 2)
   c.model.batch_norm = False     # mnistnet: BatchNorm before every ReLU (the published net has none)
@@ -60,6 +62,7 @@ def base_config() -> ml_collections.ConfigDict:
                                  # published 2-GPU DataParallel without SyncBN); running stats from the first group
 
   c.augment = ml_collections.ConfigDict()
+  c.augment.train = True         # cross-entropy family: random augmentation of training views (False: rotation only)
   c.augment.size = 28
   c.augment.crop_scale = (0.7, 1.0)
   c.augment.flip = False
@@ -77,7 +80,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.lr = 0.01
   c.train.lr_min_ratio = 1e-3
   # published_epoch_cosine: cosine stepped per epoch from epoch 1 (a 1-epoch task trains at lr * lr_min_ratio);
-  # step_cosine: per-step cosine from lr, every task learns whatever its length.
+  # step_cosine: per-step cosine from lr, every task learns whatever its length; constant: lr at every step.
   c.train.schedule = "published_epoch_cosine"
   c.train.warmup_epochs = 0
   c.train.warmup_from = 0.01
@@ -99,6 +102,12 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.memory = ml_collections.ConfigDict()
   c.memory.size = 200
+
+  # The cross-entropy family's weights (mammoth's argument names; each method reads those it uses).
+  c.method_args = ml_collections.ConfigDict()
+  c.method_args.minibatch_size = 0   # rows of one memory draw; 0 = train.batch_size
+  c.method_args.alpha = 0.1          # DER, DER++: weight of the logit-matching term
+  c.method_args.beta = 0.5           # DER++: weight of the second draw's cross-entropy
 
   c.lasp = ml_collections.ConfigDict()
   c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined

@@ -98,7 +98,7 @@ def evaluate_task(ctx: Context, carry: Carry, t: int) -> None:
 
   def readout():  # the probe data (features) and the read-out on them: one phase, as the published code times it
     pd = evaluators.probe_data(inputs, t)
-    return pd, evaluators.EVALUATORS[ctx.config.eval.probe](inputs, t, pd)
+    return pd, evaluators.EVALUATORS[ctx.method.readout(ctx.config)](inputs, t, pd)
 
   pd, res = context.timed(carry, "probe_s", readout)
   rs.record_readout(t, res)
@@ -108,7 +108,8 @@ def evaluate_task(ctx: Context, carry: Carry, t: int) -> None:
   if t == ctx.stream.num_tasks - 1:
     if ctx.config.eval.raw_pixels:
       rs.baselines = {"raw_pixels": context.timed(carry, "baselines_s", evaluators.raw_pixels, inputs, t, pd)}
-    rs.readouts, rs.validation = context.timed(carry, "probe_s", evaluators.final_readouts, inputs, t, pd)
+    rs.readouts, rs.validation = context.timed(carry, "probe_s", evaluators.final_readouts, inputs, t, pd,
+                                               ctx.method.readout(ctx.config))
 
 
 def finish(ctx: Context, carry: Carry) -> dict:

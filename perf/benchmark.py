@@ -34,7 +34,7 @@ from lasp_jax.loop.checkpoint import write_json_atomic
 from lasp_jax.method import losses, mask_search, salience
 from lasp_jax.method.pools import training_pool
 from lasp_jax.model.conv import conv_for_backend
-from lasp_jax.model.models import ContrastiveModel, ProjectionHead, ResNet
+from lasp_jax.model.models import Model, ProjectionHead, ResNet
 from lasp_jax.platform import cpu_kernels
 from perf import cpu_race, roofline
 
@@ -65,7 +65,7 @@ def resnet_kernels() -> cpu_kernels.CpuKernels:
 
 def resnet(dtype=jnp.float32):
   conv_fn = conv_for_backend(resnet_kernels().conv_backward)
-  return ContrastiveModel(ResNet(dtype=dtype, conv_fn=conv_fn), ProjectionHead(512, 128, True, dtype=dtype))
+  return Model(ResNet(dtype=dtype, conv_fn=conv_fn), ProjectionHead(512, 128, True, dtype=dtype))
 
 
 def bench_step(batch, dtype, repeats):

@@ -33,7 +33,6 @@ from absl import flags, logging
 from flax import linen as nn
 
 from lasp_jax import errors, provenance
-from lasp_jax.loop import steps
 from lasp_jax.loop.checkpoint import write_json_atomic
 from lasp_jax.method import losses
 from lasp_jax.model import conv, models
@@ -154,7 +153,7 @@ def layer_variables(variables: dict, layer: str) -> dict:
           if "encoder" in tree}
 
 
-def loss_fn(cfg: steps.LossConfig, labels, is_current):
+def loss_fn(cfg, labels, is_current):
   """SupCon + weighted IRD of the current embeddings ``z`` against the past ones ``zp`` (the race's Co2L)."""
   def fn(z, zp):
     supcon = losses.supcon_loss(features=z, labels=labels, is_current=is_current, temperature=cfg.temperature,
@@ -169,7 +168,7 @@ def layer_programs(ctx, carry, plain: bool = False) -> dict:
   forward and backward; past: the past model's forward, in the step's BatchNorm mode), with the step's
   convolution gradients, or ``plain``: lax's convolutions (for counting FLOPs)."""
   conv_backward = "xla" if plain else cpu_kernels.of_model(ctx.config.model).conv_backward
-  cfg = steps.loss_config(ctx.config, ctx.stream)
+  cfg = ctx.loss_cfg
   batch = ctx.config.train.batch_size
   rows, rng = 2 * batch, np.random.default_rng(0)
   rand = lambda *shape: jnp.asarray(rng.standard_normal(shape, np.float32))  # noqa: E731

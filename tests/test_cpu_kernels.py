@@ -12,7 +12,7 @@ from jax import lax
 
 from lasp_jax.loop import steps
 from lasp_jax.model.conv import conv_for_backend
-from lasp_jax.model.models import ContrastiveModel, MnistNet, ProjectionHead, ResNet, max_pool_2x2, window_max_pool_2x2
+from lasp_jax.model.models import MnistNet, Model, ProjectionHead, ResNet, max_pool_2x2, window_max_pool_2x2
 from lasp_jax.platform import cpu_kernels
 from tests.conftest import Run, init, placed_chunk, randn, two_tasks
 
@@ -64,7 +64,7 @@ def test_both_kernel_choices_give_the_same_gradients():
   x = randn(8, 28, 28, 1)
   grads = []
   for kernels in (cpu_kernels.resolve("mnistnet", backend="cpu"), cpu_kernels.CpuKernels("ynnpack", "matmul")):
-    model = ContrastiveModel(MnistNet(conv_fn=conv_for_backend(kernels.conv_backward)), ProjectionHead(500, 16))
+    model = Model(MnistNet(conv_fn=conv_for_backend(kernels.conv_backward)), ProjectionHead(500, 16))
     params = init(model, x, seed=1)["params"]
     loss = lambda p, model=model: jnp.sum(jnp.sin(3 * model.apply({"params": p}, x)[1]))
     grads.append(jax.jit(jax.grad(loss), compiler_options=cpu_kernels.compiler_options(kernels))(params))

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from lasp_jax.eval import evaluators
-from lasp_jax.loop import run_state, steps
-from lasp_jax.method import lookahead, pools
+from lasp_jax.loop import run_state
+from lasp_jax.method import contrastive, lookahead, pools
 from tests.conftest import Run, tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
@@ -24,7 +24,7 @@ def test_contrastive_labels_are_digit_plus_ten_times_domain(tmp_path):
   cfg = run.loss_cfg
   assert cfg.domain_classes == 10
   labels, domain = np.array([3, 3, 7, 0]), np.array([0, 2, 1, 2])
-  np.testing.assert_array_equal(steps.contrastive_labels(labels, domain, cfg), [3, 23, 17, 20])
+  np.testing.assert_array_equal(contrastive.contrastive_labels(labels, domain, cfg), [3, 23, 17, 20])
 
 
 def test_memory_samples_keep_their_own_tasks_rotation_and_the_probe_balances_domains(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from lasp_jax import report
 from lasp_jax.eval import health
 from lasp_jax.loop.steps import Batch
-from lasp_jax.method import losses
+from lasp_jax.method import losses, references
 from tests.conftest import Run, tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
@@ -23,11 +23,11 @@ def test_supcon_constant_value_equals_supcon_of_a_constant_embedding():
   z = jnp.ones((12, 4)) / 2.0  # every row the same unit vector
   got = losses.supcon_loss(features=z, labels=jnp.asarray(labels), is_current=jnp.asarray(current),
                            valid=jnp.asarray(valid), temperature=0.5, base_temperature=0.07)
-  ref = health.supcon_constant_value(num_valid=[5], num_current=[4], temperature=0.5, base_temperature=0.07)
+  ref = references.supcon_constant_value(num_valid=[5], num_current=[4], temperature=0.5, base_temperature=0.07)
   assert float(got) == pytest.approx(ref, rel=1e-6)
   assert ref == pytest.approx(0.5 / 0.07 * math.log(9) * 4 / 5)
   # Steps weigh by their valid samples: (64 * a + 32 * b) / 96.
-  two = health.supcon_constant_value(num_valid=[64, 32], num_current=[64, 32], temperature=0.5,
+  two = references.supcon_constant_value(num_valid=[64, 32], num_current=[64, 32], temperature=0.5,
                                      base_temperature=0.07)
   assert two == pytest.approx(0.5 / 0.07 * (64 * math.log(127) + 32 * math.log(63)) / 96)
 
@@ -39,7 +39,7 @@ def test_reference_values_weigh_the_current_share_of_every_step():
   valid = np.array([[True, True, True, True], [True, True, True, False]])
   current = np.array([[True, False, True, False], [True, True, True, True]])
   chunk = Batch(np.zeros((2, 4), np.int32), np.zeros((2, 4), np.int32), current, valid)
-  refs = health.reference_values([chunk], temperature=0.1, base_temperature=0.07)
+  refs = references.reference_values([chunk], temperature=0.1, base_temperature=0.07)
   r = 0.1 / 0.07
   assert refs["supcon_const"] == pytest.approx((4 * r * math.log(7) * 0.5 + 3 * r * math.log(5)) / 7, rel=1e-12)
   assert refs["ird_uniform"] == pytest.approx((4 * math.log(7) + 3 * math.log(5)) / 7, rel=1e-12)
@@ -50,8 +50,8 @@ def test_ird_uniform_value_equals_ird_against_uniform_relations():
   z_past = rng.standard_normal((10, 3)).astype(np.float32)
   z_cur = np.ones((10, 3), np.float32)  # constant current embedding: uniform relations
   got = losses.ird_loss(z_cur=jnp.asarray(z_cur), z_past=jnp.asarray(z_past), temp_cur=0.2, temp_past=0.01)
-  assert float(got) == pytest.approx(health.ird_uniform_value(num_valid=[5]), rel=1e-5)
-  assert health.ird_uniform_value(num_valid=[5]) == pytest.approx(math.log(9))
+  assert float(got) == pytest.approx(references.ird_uniform_value(num_valid=[5]), rel=1e-5)
+  assert references.ird_uniform_value(num_valid=[5]) == pytest.approx(math.log(9))
 
 
 def test_epoch_checks_fire_on_constructed_cases_and_not_on_healthy_values():

@@ -4,17 +4,17 @@ import numpy as np
 import pytest
 
 from lasp_jax import config_lib
-from lasp_jax.method import methods, pools
+from lasp_jax.method import contrastive, pools, registry
 from tests.conftest import Run, two_tasks
 
 
-class ReplayOnly(methods.Method):
+class ReplayOnly(contrastive.Co2L):
   """A toy method defined here: Co2L's replay without its distillation."""
   distills = False
   ird_weight = 0.0
 
 
-class CurrentOnlyPool(methods.Method):
+class CurrentOnlyPool(contrastive.Co2L):
   """Another toy: Co2L whose pool is every other sample of the task, no memory (a method with its own pool)."""
 
   def pool(self, stream, memory, t, slot=None):
@@ -23,7 +23,7 @@ class CurrentOnlyPool(methods.Method):
     return half, len(half.index)
 
 
-class FeatureDistance(methods.Method):
+class FeatureDistance(contrastive.Co2L):
   """A toy with its own loss term: the mean squared distance of the current embeddings to the past model's, in
   place of IRD (one class, one registry line: the step, boundary and loop do not know it)."""
 
@@ -35,13 +35,13 @@ class FeatureDistance(methods.Method):
 
 @pytest.fixture
 def registered(monkeypatch):
-  monkeypatch.setitem(methods.METHODS, "replay_only", ReplayOnly())
-  monkeypatch.setitem(methods.METHODS, "half_pool", CurrentOnlyPool())
-  monkeypatch.setitem(methods.METHODS, "feature_distance", FeatureDistance())
+  monkeypatch.setitem(registry.METHODS, "replay_only", ReplayOnly())
+  monkeypatch.setitem(registry.METHODS, "half_pool", CurrentOnlyPool())
+  monkeypatch.setitem(registry.METHODS, "feature_distance", FeatureDistance())
 
 
 def test_the_published_methods_rules():
-  m = methods.METHODS
+  m = {n: registry.get(n) for n in registry.FAMILIES["contrastive"]}
   assert [n for n in m if m[n].looks_ahead] == ["sd", "gm", "sd_gm"]
   assert [n for n in m if m[n].selective] == ["sd", "sd_gm"] and [n for n in m if m[n].modulates] == ["gm", "sd_gm"]
   assert {n: m[n].ird_weight for n in m} == {"co2l": 1.0, "sd": 5.0, "gm": 1.0, "sd_gm": 5.0, "finetune": 0.0,
@@ -86,7 +86,7 @@ def test_a_method_with_its_own_loss_term_trains_with_it(registered, tmp_path):
   assert results["boundaries"] == [] and np.isfinite(results["final"]["class_il"])
 
 
-class DistilOnlyAtOddTasks(methods.GM):
+class DistilOnlyAtOddTasks(contrastive.GM):
   """A toy with its own boundary behaviour: looks ahead like GM but takes the salience only before odd tasks."""
 
   def take_lookahead(self, rs, state, res, *, task: int):
@@ -96,7 +96,7 @@ class DistilOnlyAtOddTasks(methods.GM):
 def test_a_method_with_its_own_boundary_behaviour_needs_no_other_module(tmp_path, monkeypatch):
   """The boundary asks the method (Method.at_boundary): a new rule there is one class and one registry line."""
   from lasp_jax.method import lookahead, modulation  # noqa: PLC0415
-  monkeypatch.setitem(methods.METHODS, "odd_gm", DistilOnlyAtOddTasks())
+  monkeypatch.setitem(registry.METHODS, "odd_gm", DistilOnlyAtOddTasks())
   run = Run(two_tasks(method="odd_gm", **{"data.num_tasks": 3, "data.scenario": "domain", "eval.raw_pixels": False}),
             tmp_path)
   results = run.run()

@@ -13,7 +13,7 @@ def _count(tree):
 
 
 def test_resnet18_shapes_and_parameter_count():
-  m = models.ContrastiveModel(models.ResNet(), models.ProjectionHead(512, 128))
+  m = models.Model(models.ResNet(), models.ProjectionHead(512, 128))
   v = jax.eval_shape(lambda: m.init(jax.random.PRNGKey(0), jnp.zeros((2, 32, 32, 3)), train=False))
   assert _count(v["params"]["encoder"]) == 11_168_832  # torchvision-style CIFAR ResNet-18 encoder
   assert _count(v["params"]["head"]) == 512 * 512 + 512 + 512 * 128 + 128
@@ -23,7 +23,7 @@ def test_resnet18_shapes_and_parameter_count():
 
 
 def test_mnist_net_shapes_and_unnormalized_head():
-  m = models.ContrastiveModel(models.MnistNet(), models.ProjectionHead(500, 500, normalize=False))
+  m = models.Model(models.MnistNet(), models.ProjectionHead(500, 500, normalize=False))
   x = rand(3, 28, 28, 1)
   v = init(m, x, seed=1)
   assert _count(v["params"]["encoder"]) == (25 * 20 + 20) + (25 * 20 * 50 + 50) + (800 * 500 + 500)
@@ -41,7 +41,7 @@ def test_mnist_net_train_and_eval_forwards_agree():
 
 
 def test_pytorch_equivalent_init_statistics():
-  m = models.ContrastiveModel(models.ResNet(), models.ProjectionHead(512, 128))
+  m = models.Model(models.ResNet(), models.ProjectionHead(512, 128))
   p = init(m, jnp.zeros((1, 32, 32, 3)), train=False)["params"]
   k = np.asarray(p["encoder"]["layer3_0"]["conv2"]["kernel"])  # kaiming normal, fan_out = 9 * 256
   assert abs(k.std() - np.sqrt(2 / (9 * 256))) < 0.02 * np.sqrt(2 / (9 * 256))

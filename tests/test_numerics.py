@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from lasp_jax.method import losses, mask_search, salience
-from lasp_jax.model.models import ContrastiveModel, MnistNet, ProjectionHead
+from lasp_jax.model.models import MnistNet, Model, ProjectionHead
 from tests.conftest import init, rand, randn
 
 HIGHEST = "precision=(Precision.HIGHEST, Precision.HIGHEST)"
@@ -49,7 +49,7 @@ def test_mask_search(z):
 
 
 def test_excitation_backprop():
-  model = ContrastiveModel(MnistNet(width=0.125), ProjectionHead(16, 8, True))
+  model = Model(MnistNet(width=0.125), ProjectionHead(16, 8, True))
   x = rand(2, 28, 28, 1, seed=1)
   variables = init(model, x, seed=2, train=False)
   assert_all_highest(lambda x: salience.excitation_backprop(model, variables, x, jnp.ones((2, 8)))[0], x,

@@ -15,8 +15,8 @@ TOL = 1e-4
 
 def test_bf16_losses_within_tolerance_of_fp32():
   x = rand(32, 16, 16, 3)
-  m32 = models.ContrastiveModel(models.ResNet((1, 1), (8, 16)), models.ProjectionHead(16, 32))
-  m16 = models.ContrastiveModel(models.ResNet((1, 1), (8, 16), dtype=jnp.bfloat16),
+  m32 = models.Model(models.ResNet((1, 1), (8, 16)), models.ProjectionHead(16, 32))
+  m16 = models.Model(models.ResNet((1, 1), (8, 16), dtype=jnp.bfloat16),
                                 models.ProjectionHead(16, 32, dtype=jnp.bfloat16))
   v = init(m32, x, seed=1, train=False)
   labels = jnp.arange(16) % 4

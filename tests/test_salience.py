@@ -27,7 +27,7 @@ class _Identity(models.nn.Module):
 
 
 def _mlp(g):
-  model = models.ContrastiveModel(_Identity(), models.ProjectionHead(5, 4, True))
+  model = models.Model(_Identity(), models.ProjectionHead(5, 4, True))
   params = jax.tree.map(lambda a: jnp.asarray(a, F32), {"head": _head_params(g)})
   return model, params
 
@@ -99,7 +99,7 @@ def _nested(items):
 
 
 def ebconv_model_and_variables(g, conv_fn=None):
-  model = models.ContrastiveModel(models.ResNet((1, 1), (4, 6), conv_fn=conv_fn), models.ProjectionHead(6, 5, True))
+  model = models.Model(models.ResNet((1, 1), (4, 6), conv_fn=conv_fn), models.ProjectionHead(6, 5, True))
   params, stats = [], []
   for key in g:
     if key.startswith("param__"):
@@ -151,7 +151,7 @@ def test_eb_resnet_golden(golden, conv_fn):
 
 
 def test_eb_works_on_mnist_net():
-  model = models.ContrastiveModel(models.MnistNet(0.2), models.ProjectionHead(100, 16, False))
+  model = models.Model(models.MnistNet(0.2), models.ProjectionHead(100, 16, False))
   x = rand(3, 28, 28, 1)
   variables = init(model, x, seed=1, train=False)
   # Jitted: op by op it compiled ~200 single-op programs (11.5 s on the 2-core CPU).
@@ -241,7 +241,7 @@ def _mnist_net_eb(params, x, p_top):
 
 @pytest.fixture(scope="module")
 def mnist_net_case():
-  model = models.ContrastiveModel(models.MnistNet(0.1), models.ProjectionHead(50, 8, True))  # convs 2, 5; fc 50
+  model = models.Model(models.MnistNet(0.1), models.ProjectionHead(50, 8, True))  # convs 2, 5; fc 50
   x = rand(4, 28, 28, 1)
   variables = init(model, x, seed=3, train=False)
   p_top = np.abs(np.asarray(rand(4, 8, seed=5))) + 0.1

@@ -13,7 +13,7 @@ from lasp_jax.default_config import base_config
 from lasp_jax.errors import ConfigError
 from lasp_jax.eval import evaluators, probe
 from lasp_jax.method import salience
-from lasp_jax.model.models import ContrastiveModel, GroupedBatchNorm, MnistNet, ProjectionHead, build_model
+from lasp_jax.model.models import GroupedBatchNorm, MnistNet, Model, ProjectionHead, build_model
 from tests.conftest import init, randn, tiny_config
 
 
@@ -69,7 +69,7 @@ def test_bn_groups_change_the_train_forward_but_not_eval():
   x = randn(8, 28, 28, 1, seed=3)
   outs = {}
   for g in (1, 2):
-    m = ContrastiveModel(MnistNet(width=0.25, batch_norm=True, bn_groups=g), ProjectionHead(125, 8))
+    m = Model(MnistNet(width=0.25, batch_norm=True, bn_groups=g), ProjectionHead(125, 8))
     v = init(m, x, train=False)
     # Jitted: op by op each apply compiled a program per op and shape.
     train_fwd = jax.jit(lambda v, x, m=m: m.apply(v, x, train=True, mutable=["batch_stats"])[0][1])
@@ -81,7 +81,7 @@ def test_bn_groups_change_the_train_forward_but_not_eval():
 def test_eb_replicas_sum_the_square_roots_of_each_chunk_for_the_encoder_only():
   """The published DataParallel wrapped model.encoder only: encoder gamma = sqrt(G1) + sqrt(G2) over the two
   halves, the head's gamma that of the gathered batch (sqrt(G1 + G2))."""
-  m = ContrastiveModel(MnistNet(width=0.25), ProjectionHead(125, 8))
+  m = Model(MnistNet(width=0.25), ProjectionHead(125, 8))
   x = randn(6, 28, 28, 1, seed=4)
   v = init(m, x, train=False)
   p = jnp.abs(randn(6, 8, seed=5))

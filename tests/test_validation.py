@@ -75,7 +75,7 @@ def test_the_validation_read_out_scores_exactly_as_the_test_read_out_on_the_same
   test_figures = evaluators.EVALUATORS["lbfgs"](inputs, 1, pd).overall
   # Handed the test images as its validation set, the validation path must give the test read-out's figures.
   extra, validation = evaluators.final_readouts(dataclasses.replace(inputs, validation=(run.stream, run.test_data)),
-                                              1, pd)
+                                              1, pd, "lbfgs")
   assert extra == {}  # eval.final_readouts names the run's own probe: nothing more on the test images
   assert validation["lbfgs"]["overall"] == pytest.approx(test_figures, abs=1e-6)
 

@@ -13,6 +13,7 @@ the stream and the memory, the read-out's settings), never the run that holds th
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Optional
 
 import jax
@@ -21,6 +22,7 @@ import numpy as np
 
 from lasp_jax.eval import probe
 from lasp_jax.method import pools
+from lasp_jax.model import models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +90,19 @@ def lbfgs_readout(x: Inputs, t: int, pd: probe.ProbeData, kind: str = "encoder")
   return probe.linear_readout(x.model, x.variables, x.data, x.test_data, pd, kind=kind, **readout_kwargs(x))
 
 
-EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout}
+def head_readout(x: Inputs, t: int, pd: probe.ProbeData) -> probe.ProbeResult:
+  """The model's own classifier on the test rows' features (the cross-entropy family's read-out)."""
+  del t
+  logits = _classify(x.model, x.variables, pd.test_feats)
+  return probe.scores(logits, pd, x.layout)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _classify(model, variables, feats):
+  return model.apply(variables, feats, method=models.Model.classify)
+
+
+EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout, "head": head_readout}
 
 
 def raw_pixels(x: Inputs, t: int, pd: probe.ProbeData) -> dict:
@@ -101,14 +115,14 @@ def summary(res: probe.ProbeResult, t: int) -> dict:
   return {"overall": dict(res.overall), "last_task": {n: float(row[t]) for n, row in res.per_task.items()}}
 
 
-def final_readouts(x: Inputs, t: int, pd: probe.ProbeData) -> tuple[dict, dict]:
-  """After the last task: each of ``eval.final_readouts`` on the test images beside ``eval.probe``'s (``pd``),
-  and, with a validation set, ``eval.probe`` and each of them on the validation images. Both {name: summary}.
+def final_readouts(x: Inputs, t: int, pd: probe.ProbeData, main: str) -> tuple[dict, dict]:
+  """After the last task: each of ``eval.final_readouts`` on the test images beside the run's read-out ``main``
+  (``pd``), and, with a validation set, ``main`` and each of them on the validation images. Both {name: summary}.
 
   The validation figures come from the same read-outs fit on the same training rows; only the rows they are
   scored on differ, so a setting chosen on them never saw a test image.
   """
-  probe_name, names = x.config.eval.probe, tuple(dict.fromkeys(x.config.eval.final_readouts))
+  probe_name, names = main, tuple(dict.fromkeys(x.config.eval.final_readouts))
   test = {n: summary(EVALUATORS[n](x, t, pd), t) for n in names if n != probe_name}
   validation = {}
   if x.validation is not None:

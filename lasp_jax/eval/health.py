@@ -8,13 +8,8 @@ record) that returns a :class:`Flag` or ``None``. A run prints every flag as one
 line when it is raised and stores them all in ``results.json["health"]``; tables
 mark a flagged run with a dagger and never average it in silently.
 
-The reference values are exact for the batches a run draws:
-
-* SupCon of a constant embedding: every logit is equal, so each current anchor
-  scores ``(tau / base_tau) * log(2n - 1)`` for a batch of n valid samples, and
-  the mean over all 2n anchors weighs it by the share of current samples.
-* IRD with uniform relations: the cross-entropy of any distribution against the
-  uniform one over the 2n - 1 other rows is ``log(2n - 1)``.
+A method's degenerate reference values (``Method.reference_values``; the contrastive family's in
+method/references.py) sit beside its curves; the checks compare the two.
 """
 
 from __future__ import annotations
@@ -47,36 +42,6 @@ class Flag:
   def line(self) -> str:
     where = f"task {self.task}" + ("" if self.epoch is None else f", epoch {self.epoch}")
     return f"health: {where}: {self.check}: {self.message}"
-
-
-def supcon_constant_value(*, num_valid, num_current, temperature: float, base_temperature: float) -> float:
-  """SupCon of a constant embedding, averaged over steps weighted by their valid samples.
-
-  Args:
-    num_valid: (steps,) valid samples per step (n; 2n rows).
-    num_current: (steps,) valid current-task samples per step.
-  """
-  n = np.asarray(num_valid, np.float64)
-  c = np.asarray(num_current, np.float64)
-  keep = n > 1
-  per_step = (temperature / base_temperature) * np.log(2 * n[keep] - 1) * c[keep] / n[keep]
-  return float(np.average(per_step, weights=n[keep])) if keep.any() else math.nan
-
-
-def ird_uniform_value(*, num_valid) -> float:
-  """IRD when the current model's relations are uniform, averaged over steps weighted by their valid samples."""
-  n = np.asarray(num_valid, np.float64)
-  keep = n > 1
-  return float(np.average(np.log(2 * n[keep] - 1), weights=n[keep])) if keep.any() else math.nan
-
-
-def reference_values(chunks, *, temperature: float, base_temperature: float) -> dict:
-  """An epoch's degenerate reference values from its batches (each with (steps, B) ``valid``/``is_current``)."""
-  n = np.concatenate([np.asarray(b.valid).sum(-1) for b in chunks])  # a tail chunk may be narrower
-  current = np.concatenate([(np.asarray(b.is_current) & np.asarray(b.valid)).sum(-1) for b in chunks])
-  return {"supcon_const": supcon_constant_value(num_valid=n, num_current=current, temperature=temperature,
-                                                base_temperature=base_temperature),
-          "ird_uniform": ird_uniform_value(num_valid=n)}
 
 
 def _near(value: float, reference: float) -> bool:
@@ -228,8 +193,9 @@ def recheck(results: dict) -> list[Flag]:
   """The flags today's checks raise on a finished run's results.json (its curves, learning rates and boundary
   records): how a shipped run's flags read under the current checks."""
   curves, flags = results.get("curves", []), []
-  from lasp_jax.method import methods  # noqa: PLC0415  (no jax; health is imported by the config-free tools too)
-  selective = getattr(methods.METHODS.get(results.get("method")), "selective", False)
+  from lasp_jax.method import registry  # noqa: PLC0415  (a method's module imports jax; health need not)
+  name = results.get("method")
+  selective = name in registry.METHODS and registry.get(name).selective
   for t in sorted({c["task"] for c in curves}):
     upto = [c for c in curves if c["task"] <= t]
     flags += task_flags(t, upto,  # lr_frozen needs the config's floor: not rechecked

@@ -83,7 +83,7 @@ class ProbeResult(NamedTuple):
 
 
 def encode(model, variables, images):
-  return model.apply(variables, images, train=False, method=models.ContrastiveModel.encode)
+  return model.apply(variables, images, train=False, method=models.Model.encode)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "aug_cfg", "kind"))
@@ -253,8 +253,12 @@ def linear_readout(model, variables, data, test_data, pd: ProbeData, *, kind: st
                             sample_weight=weight[rows])
   # The encoder's test features are the probe data's own (the same program on the same rows): not extracted twice.
   test = np.asarray(pd.test_feats) if kind == "encoder" else feats(test_data, pd.test_index, pd.test_domain)
-  logits = clf.logits(test).astype(np.float32)
-  accs = _accuracies(jnp.asarray(logits), pd.test_label, pd.test_task, layout)
+  return scores(jnp.asarray(clf.logits(test).astype(np.float32)), pd, layout)
+
+
+def scores(logits, pd: ProbeData, layout: Layout) -> ProbeResult:
+  """A read-out's accuracies from its logits on the probe data's test rows (every metric of the stream)."""
+  accs = _accuracies(logits, pd.test_label, pd.test_task, layout)
   return ProbeResult({n: np.asarray(a[0]) for n, a in accs.items()}, {n: float(a[1]) for n, a in accs.items()},
                      {n: None for n in accs})
 

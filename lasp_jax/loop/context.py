@@ -25,9 +25,9 @@ from lasp_jax.errors import ConfigError
 from lasp_jax.eval import probe
 from lasp_jax.loop import checkpoint, steps
 from lasp_jax.loop.run_state import RunState
-from lasp_jax.loop.steps import DeviceData, PastModel
+from lasp_jax.loop.steps import DeviceData
 from lasp_jax.loop.train_state import TrainState, create_train_state, make_optimizer
-from lasp_jax.method import methods
+from lasp_jax.method.base import Method, PastModel
 from lasp_jax.model.models import build_model
 from lasp_jax.platform import clock, cpu_kernels
 
@@ -39,18 +39,20 @@ def data_mesh(devices=None) -> Mesh:
 
 @dataclasses.dataclass(frozen=True)
 class Parts:
-  """The model, the optimizer, the augmentation and loss settings, and the XLA options of the run's programs."""
+  """The model, the optimizer, the augmentation and the method's step settings, and the XLA options of the run's
+  programs."""
   model: Any                      # models.py: a flax module
   tx: Any                         # optax.GradientTransformation (train_state.make_optimizer)
   aug_cfg: Any                    # augment.AugmentConfig
-  loss_cfg: steps.LossConfig
+  loss_cfg: Any                   # the method's step settings (Method.settings; hashable, .method the method)
   compiler_options: tuple         # cpu_kernels.compiler_options
 
   @classmethod
   def build(cls, config, stream) -> "Parts":
-    return cls(build_model(config), make_optimizer(momentum=config.train.momentum,
-                                                   weight_decay=config.train.weight_decay),
-               config_lib.augment_config(config, rotate=stream.rotates), steps.loss_config(config, stream),
+    method = config_lib.method(config)
+    return cls(build_model(config, head=method.head, num_classes=stream.num_classes),
+               make_optimizer(momentum=config.train.momentum, weight_decay=config.train.weight_decay),
+               config_lib.augment_config(config, rotate=stream.rotates), method.settings(config, stream),
                cpu_kernels.compiler_options(cpu_kernels.of_model(config.model)))
 
 
@@ -59,7 +61,7 @@ class Context:
   """What a run builds once: its config and method, workdir and checkpointer, data and stream, parts, the
   ("data",) mesh and its shardings, the test (and validation) images on the device."""
   config: ml_collections.ConfigDict
-  method: methods.Method
+  method: Method
   workdir: Any                    # pathlib.Path
   ckpt: checkpoint.Checkpointer
   dataset: Any                    # data.arrays.ArrayDataset
@@ -78,6 +80,11 @@ class Context:
   aug_cfg = property(lambda self: self.parts.aug_cfg)
   loss_cfg = property(lambda self: self.parts.loss_cfg)
   compiler_options = property(lambda self: self.parts.compiler_options)
+
+  @property
+  def metric_names(self) -> tuple:
+    """The columns of the step metrics: the method's, then the loop's (steps.metric_names)."""
+    return steps.metric_names(self.method)
 
   @functools.cached_property
   def chunk_fn(self):
@@ -141,7 +148,8 @@ def fresh(ctx: Context) -> Carry:
   program whatever the mesh), no past model, the stream's initial slots."""
   c = ctx.config
   sample_shape = (2,) + tuple(ctx.dataset.train_images.shape[1:])
-  state = jax.device_put(create_train_state(ctx.model, ctx.tx, sample_shape, c.seed), ctx.replicated)
+  state = create_train_state(ctx.model, ctx.tx, sample_shape, c.seed)
+  state = jax.device_put(state.replace(memory=ctx.method.init_memory(c, ctx.stream)), ctx.replicated)
   rs = RunState.fresh(ctx.stream, c.model.embedding_dim)
   return Carry(rs=rs, state=state, past=None, data=slot_data(ctx, rs))
 

@@ -55,7 +55,8 @@ def train_task(ctxs, carries, t: int, executor) -> None:
     for c in carries:  # host work before the epoch's first step: pools, shuffles, schedules
       clock.add(c.rs.timing, "epoch_setup_s", time.perf_counter() - t_plan)
     lr_e = per_run[0][1]  # one schedule for every run
-    starts = [(time.perf_counter(), [steps.step_metrics(c.rs.progress.partial)]) for c in carries]
+    starts = [(time.perf_counter(), [steps.step_metrics(c.rs.progress.partial, x.metric_names)])
+              for x, c in runs]
     for k in range(prog0.call, len(lr_e)):
       chunk_k = [chunks[k] for chunks, _ in per_run]
       ms = executor.execute(ctxs, carries, chunk_k, steps.pad_lrs(lr_e[k], chunk_k[0].valid.shape[0]))
@@ -88,16 +89,16 @@ class OneRun:
     """Nothing to do: the state is the run's own."""
 
 
-def check_finite(outs, t: int, e: int, where):
-  """All step metrics of the epoch so far; NonFiniteLoss (a TrainingError) at the first non-finite loss
-  (``where()``: the last good checkpoint, asked for only then)."""
-  m = np.concatenate([steps.step_metrics(o) for o in outs])
-  bad = np.flatnonzero(~np.isfinite(m[:, steps.COLUMN["loss"]]))
+def check_finite(outs, t: int, e: int, where, names: tuple = steps.METRICS):
+  """All step metrics of the epoch so far (columns ``names``); NonFiniteLoss (a TrainingError) at the first
+  non-finite loss (``where()``: the last good checkpoint, asked for only then)."""
+  m = np.concatenate([steps.step_metrics(o, names) for o in outs])
+  bad = np.flatnonzero(~np.isfinite(m[:, names.index("loss")]))
   if bad.size:
     i = int(bad[0])
-    before = steps.describe_step(m, i - 1) if i else "none this epoch"
+    before = steps.describe_step(m, i - 1, names) if i else "none this epoch"
     raise NonFiniteLoss(f"non-finite loss at task {t}, epoch {e + 1}, step {i + 1} of the epoch "
-                        f"({steps.describe_step(m, i)}; the step before: {before})", where())
+                        f"({steps.describe_step(m, i, names)}; the step before: {before})", where())
   return m
 
 
@@ -160,7 +161,7 @@ def epoch_chunks(config, plan: EpochPlan) -> tuple[list, list]:
 
 
 def finite(ctx: Context, outs, t: int, e: int):
-  return check_finite(outs, t, e, lambda: f"{ctx.ckpt.latest()} in {ctx.ckpt.path}")
+  return check_finite(outs, t, e, lambda: f"{ctx.ckpt.latest()} in {ctx.ckpt.path}", ctx.metric_names)
 
 
 def save_mid_epoch(ctx: Context, carry: Carry, t: int, e: int, k: int, outs) -> None:
@@ -175,12 +176,13 @@ def end_epoch(ctx: Context, carry: Carry, t: int, e: int, plan: EpochPlan, chunk
   curve row with the degenerate reference values of its batches ``chunks``; progress, bar and TensorBoard."""
   m = finite(ctx, outs, t, e)  # waits for the epoch's last step
   t_end = time.perf_counter()
-  n = m[:, steps.COLUMN["num_valid"]]
+  names = ctx.metric_names
+  n = m[:, names.index("num_valid")]
   rate = n[len(outs[0]):].sum() / max(t_end - t0, 1e-9)
   m, n = m[n > 0], n[n > 0]
-  means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for k, i in steps.COLUMN.items() if k != "num_valid"}
-  lr, tc, rs = float(plan.lrs[-1]), ctx.config.train, carry.rs
-  refs = health.reference_values(chunks, temperature=tc.temperature, base_temperature=tc.base_temperature)
+  means = {k: float((n / max(n.sum(), 1)) @ m[:, i]) for i, k in enumerate(names) if k != "num_valid"}
+  lr, rs = float(plan.lrs[-1]), carry.rs
+  refs = ctx.method.reference_values(chunks, ctx.config)
   rs.curves.append({"task": t, "epoch": e + 1, **means, "lr": lr, **refs})
   rs.pass_log.append({"task": t, "epoch": e, "step": rs.steps_done, "steps": plan.steps, "rows": plan.per_epoch})
   rs.steps_done += plan.steps
@@ -189,7 +191,7 @@ def end_epoch(ctx: Context, carry: Carry, t: int, e: int, plan: EpochPlan, chunk
   p.epoch, p.call, p.partial, p.boundary_done = e + 1, 0, [], False
   p.lr_max = max(p.lr_max, float(np.max(plan.lrs)))
   bar.update(1)
-  bar.set_postfix(loss=f"{means['loss']:.3f}", ird=f"{means['ird']:.3f}", lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
+  bar.set_postfix(**{k: f"{means[k]:.3f}" for k in ctx.method.progress_keys}, lr=f"{lr:.4f}", img_s=f"{rate:.0f}")
   if carry.writer:
     for k, v in {**means, "lr": lr}.items():
       carry.writer.add_scalar(f"{k}_{t}", v, int(carry.state.step))

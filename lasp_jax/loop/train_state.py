@@ -18,12 +18,14 @@ from lasp_jax.method import modulation
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything the train step updates. A pytree: Orbax saves it as it is."""
+  """Everything the train step updates. A pytree: Orbax saves it as it is. ``memory``: the method's device memory
+  (Method.init_memory; {} for a method without one)."""
   step: jax.Array
   params: Any
   batch_stats: Any
   opt_state: Any
   rng: jax.Array
+  memory: Any = flax.struct.field(default_factory=dict)
 
   def variables(self):
     return {"params": self.params, "batch_stats": self.batch_stats}
@@ -110,6 +112,8 @@ def lr_schedule(*, base_lr: float, epochs: int, steps_per_epoch: int, warmup_epo
       return cosine_at_epoch(step / steps_per_epoch, epochs)
     return cosine_at_epoch(step // steps_per_epoch + 1, epochs)
 
+  if kind == "constant":
+    return lambda step: jnp.full(jnp.shape(step), base_lr, jnp.float32)
   if warmup_epochs <= 0:
     return cosine
   target = cosine_at_epoch(warmup_epochs, warmup_target_epochs or epochs)

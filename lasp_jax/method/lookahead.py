@@ -17,8 +17,9 @@ import numpy as np
 
 from lasp_jax import choices
 from lasp_jax.data import augment
-from lasp_jax.loop.steps import Batch, DeviceData, LossConfig, contrastive_labels
+from lasp_jax.data.arrays import Batch, DeviceData
 from lasp_jax.method import mask_search, pools, salience
+from lasp_jax.method.contrastive import Settings, contrastive_labels
 from lasp_jax.method.modulation import is_weight_path
 
 SRS_DATA = choices.SRS_DATA
@@ -78,7 +79,7 @@ def _salience(compiler_options: tuple = ()):
                  compiler_options=dict(compiler_options) or None)
 
 
-def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, loss_cfg: LossConfig,
+def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, loss_cfg: Settings,
              lasp_cfg, num_classes: int, need_gamma: bool, compiler_options=None) -> BoundaryResult:
   """Mask search (and EB salience if ``need_gamma``) on the look-ahead rows.
 

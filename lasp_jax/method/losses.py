@@ -12,15 +12,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from lasp_jax.platform.numerics import full_precision
+from lasp_jax.platform.numerics import full_precision, l2_normalize  # noqa: F401  (re-exported: lj.l2_normalize)
 
 _NEG = -1e30  # Finite stand-in for -inf: keeps 0 * logit finite in masked sums.
-
-
-def l2_normalize(x: jax.Array, axis: int = -1, eps: float = 1e-12) -> jax.Array:
-  """Row L2 normalization ``x / max(||x||, eps)`` (PyTorch ``F.normalize``)."""
-  norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=axis, keepdims=True))
-  return x / jnp.maximum(norm, eps)
 
 
 def _views(per_sample: jax.Array, num_views: int = 2) -> jax.Array:

@@ -140,7 +140,7 @@ def excitation_backprop(model: nn.Module, variables, x: jax.Array, p_top: jax.Ar
   salience) are unchanged.
 
   Args:
-    model: a :class:`models.ContrastiveModel` (run in eval mode).
+    model: a :class:`models.Model` (run in eval mode).
     variables: its variables (``params`` and, for ResNets, ``batch_stats``).
     x: (N, H, W, C) input batch.
     p_top: (N, D) salience at the embedding (the chosen mask times its accuracy).

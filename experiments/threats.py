@@ -29,6 +29,14 @@ Grids:
                every proposed method ran (the published R-MNIST command searched onlypast), both heads, paired
                with paper_steps' Co2L runs of the same seed and head.
   memory500_steps  the paper_steps point with a replay memory of 500: SD (onlypast) and Co2L on the centred head.
+  replay_lr    d600, plain replay beside distillation: ER (cross-entropy on a classifier head, a reservoir memory of
+               200 written every step, draws of 100: as many memory rows an epoch as Co2L's pool holds) at lr in
+               {0.01, 0.03, 0.1}, and Co2L at lambda 0 (SupCon replay, no distillation), seeds 0-2. ER's lr is the
+               one with the best mean validation accuracy of its own head (``choose_replay``).
+  replay_weights  d600: DER++ at ER's chosen lr, (alpha, beta) in {(0.1, 0.5), (0.5, 0.5), (0.5, 1.0)}, seeds 0-2
+               (runs once replay_lr's ER cells are whole).
+The cross-entropy methods read out by their own head (the cell's test figure), and by both probes of the others
+on their encoder's features (``lbfgs_probe``, ``sgd``).
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
 """
 
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+from typing import Optional
 
 from absl import flags, logging
 
@@ -97,7 +106,9 @@ class Cell:
     c.unlock()
     every = ({"train.checkpoint_every_steps": CHECKPOINT_EVERY[self.point.name]}
              if self.point.name in CHECKPOINT_EVERY else {})
-    return config_lib.resolved(config_lib.override(c, **COMMON, **every))
+    config_lib.override(c, **COMMON, **every)
+    # a variant's own read-outs win over COMMON's (the cross-entropy methods add the L-BFGS probe beside the head)
+    return config_lib.resolved(config_lib.override(c, **{k: v for k, v in self.variant.keys if k in COMMON}))
 
 
 def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Variant]]:
@@ -116,6 +127,16 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   if grid == "paper_steps":
     return [*((h, v) for h in ("centred", "published") for v in (sd, co2l)),
             ("centred", Variant("finetune", "finetune")), ("centred", Variant("joint", "joint"))]
+  if grid == "replay_lr":
+    return [("centred", er_variant(lr)) for lr in REPLAY_LRS] + [("centred", lambda_variant("Co2L", 0.0))]
+  if grid == "replay_weights":
+    lr = (chosen or {}).get("ER")
+    return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
+  if grid == "replay_lr":
+    return [("centred", er_variant(lr)) for lr in REPLAY_LRS] + [("centred", lambda_variant("Co2L", 0.0))]
+  if grid == "replay_weights":
+    lr = (chosen or {}).get("ER")
+    return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
   if grid == "paper_steps_current":
     return [(h, Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))) for h in ("centred", "published")]
   if grid == "memory500_steps":  # the paper's second memory column at the paper-step point, the published lambda
@@ -123,9 +144,43 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   raise ValueError(grid)
 
 
+REPLAY_LRS = (0.01, 0.03, 0.1)
+DERPP_WEIGHTS = ((0.1, 0.5), (0.5, 0.5), (0.5, 1.0))
+# The cross-entropy family at an equal-heads point: Co2L's network, schedule, augmentation and memory size; a draw of
+# 100 per step (two steps an epoch at d600: the 200 memory rows Co2L's pool adds); both probes beside the head.
+REPLAY_KEYS = (("method_args.minibatch_size", 100), ("eval.final_readouts", ("lbfgs", "sgd")))
+
+
+def er_variant(lr: float) -> Variant:
+  return Variant(f"ER lr{lam(lr)}", "er", (*REPLAY_KEYS, ("train.lr", lr)))
+
+
+def derpp_variant(lr: float, alpha: float, beta: float) -> Variant:
+  return Variant(f"DER++ lr{lam(lr)} a{lam(alpha)} b{lam(beta)}", "derpp",
+                 (*REPLAY_KEYS, ("train.lr", lr), ("method_args.alpha", alpha), ("method_args.beta", beta)))
+
+
+def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
+  """(label, {label: mean validation accuracy of the method's own head}) over the grid's ``labels`` whose every
+  seed finished healthy; None until each label has the same seeds. Reads no test figure."""
+  cells = {lb: [r for r in rows if r["grid"] == grid and r["method"] == lb] for lb in labels}
+  seeds = [sorted(r["seed"] for r in rs) for rs in cells.values()]
+  if not all(seeds) or any(x != seeds[0] for x in seeds):
+    return None
+  means = {lb: aggregate.mean_std(r["validation"]["head"] for r in rs)[0] for lb, rs in cells.items()
+           if all(_healthy(r) for r in rs)}
+  return (max(means, key=means.get), means) if means else None
+
+
+def chosen_er_lr(rows) -> Optional[float]:
+  best = choose_replay(rows, "replay_lr", [er_variant(lr).label for lr in REPLAY_LRS])
+  return None if best is None else next(lr for lr in REPLAY_LRS if er_variant(lr).label == best[0])
+
+
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
 GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS,
-         "memory500_steps": PAPER_STEPS, "paper_steps_current": PAPER_STEPS}
+         "memory500_steps": PAPER_STEPS, "paper_steps_current": PAPER_STEPS, "replay_lr": D600,
+         "replay_weights": D600}
 
 
 def cells(grid: str, seeds, chosen=None) -> list[Cell]:
@@ -145,12 +200,16 @@ def row_of(cell: Cell, res: dict) -> dict:
   base = studies.equal_heads_row(cell.point, cell.head, cell.label, cell.seed, res)
   base["grid"] = cell.grid
   if runner.failed(res):
-    return {**base, "validation": None, "sgd": None, "sgd_last": None}
+    return {**base, "validation": None, "sgd": None, "sgd_last": None, "lbfgs_test": None}
   val = res.get("validation", {})
   sgd = res.get("readouts", {}).get("sgd", {})
+  # lbfgs_test: the L-BFGS probe on the test digits, whichever read-out the run's own is (a cross-entropy method's
+  # is its head, whose figure m1 is)
+  lbfgs = res["readouts"]["lbfgs"]["overall"]["domain_il"] if "lbfgs" in res.get("readouts", {}) else base["m1"]
   # sgd_last: the last domain's test digits alone by the published probe, the metric the paper's Table 1 reports
   return {**base, "validation": {k: v["overall"]["domain_il"] for k, v in val.items()},
-          "sgd": sgd.get("overall", {}).get("domain_il"), "sgd_last": sgd.get("last_task", {}).get("domain_il")}
+          "sgd": sgd.get("overall", {}).get("domain_il"), "sgd_last": sgd.get("last_task", {}).get("domain_il"),
+          "lbfgs_test": lbfgs}
 
 
 def finished(out: pathlib.Path, seeds=range(10), chosen=None) -> list[dict]:
@@ -205,7 +264,8 @@ def _pairs(rows, grid, a, b, head_a="centred", head_b="centred", grid_b=None) ->
 def paired(rows, grid, a, b, metric, head_a="centred", head_b="centred", grid_b=None) -> list[float]:
   """a − b in ``metric``, seed by seed, over the seeds both ran in one grid (grids share points and labels), or b
   in ``grid_b``."""
-  key = lambda r: r.get(metric) if metric in ("m1", "m2", "sgd", "sgd_last") else (r["validation"] or {}).get(metric)
+  key = lambda r: (r.get(metric) if metric in ("m1", "m2", "sgd", "sgd_last", "lbfgs_test")
+                   else (r["validation"] or {}).get(metric))
   return [key(x) - key(y) for x, y in _pairs(rows, grid, a, b, head_a, head_b, grid_b)
           if key(x) is not None and key(y) is not None]
 
@@ -241,6 +301,9 @@ def table(rows, chosen) -> str:
     lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
+    if grid in REPLAY_GRIDS:
+      lines += _replay_section(rs, grid, rows)
+      continue
     lines += _differences(rs, grid, chosen, rows)
     if grid in ("paper_steps", "memory500_steps"):
       lines += _by_domain(rs, grid)
@@ -259,6 +322,36 @@ def table(rows, chosen) -> str:
         studies.num(r["m1"]), studies.num(r["sgd"]), studies.health_cell(r),
         studies.num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]
   return "\n".join(lines)
+
+
+REPLAY_GRIDS = ("replay_lr", "replay_weights")
+
+
+def _replay_section(rs, grid, every_row) -> list[str]:
+  """A replay grid's cells by every read-out (the method's own head, both probes) on validation and test digits,
+  and each cross-entropy setting's paired differences against Co2L (lambda 1) and SD (lambda 5) of the lambda
+  grid, by the L-BFGS probe (the read-out they share)."""
+  lines, body = [], []
+  for label in dict.fromkeys(r["method"] for r in rs):
+    c = [r for r in rs if r["method"] == label]
+    val = lambda k, c=c: _ms((r["validation"] or {}).get(k) for r in c)
+    head = label.startswith(("ER", "DER"))
+    body.append([label, len(c), val("head") if head else "–", val("lbfgs"), val("sgd"),
+                 _ms(r["m1"] for r in c) if head else "–", _ms(r["lbfgs_test"] for r in c), _ms(r["sgd"] for r in c),
+                 ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok"])
+  lines += [aggregate.markdown_table(["method", "seeds", "validation head", "validation L-BFGS", "validation SGD",
+                                      "test head", "test L-BFGS probe", "test SGD probe", "health"], body), ""]
+  diff = []
+  for label in dict.fromkeys(r["method"] for r in rs):
+    for other in ("Co2L lambda1", "SD lambda5"):
+      for metric, name in (("lbfgs_test", "test L-BFGS probe"), ("lbfgs", "validation L-BFGS")):
+        d = paired(every_row, grid, label, other, metric, grid_b="lambda")
+        if len(d) >= 2:
+          diff.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
+  if diff:
+    lines += ["### Paired differences (the lambda grid's Co2L and SD, same seeds)", "",
+              aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], diff), ""]
+  return lines
 
 
 def _complete(rows) -> tuple[list[dict], list[dict]]:
@@ -326,6 +419,11 @@ def _differences(rows, grid, chosen, every_row=()) -> list[str]:
   if grid == "paper_steps":
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
     pairs += [(m, bound, "centred", "centred") for bound in BOUNDS for m in ("SD onlypast", "Co2L")]
+  if grid == "replay_lr":
+    return [("centred", er_variant(lr)) for lr in REPLAY_LRS] + [("centred", lambda_variant("Co2L", 0.0))]
+  if grid == "replay_weights":
+    lr = (chosen or {}).get("ER")
+    return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
   if grid == "paper_steps_current":  # against paper_steps' Co2L of the same seed and head
     pairs += [("SD onlycurrent", "Co2L", h, h, 1, "paper_steps") for h in ("centred", "published")]
     rows = list(every_row)
@@ -344,9 +442,11 @@ def _differences(rows, grid, chosen, every_row=()) -> list[str]:
 
 
 def collect(out: pathlib.Path) -> tuple[list[dict], dict]:
-  """Every finished cell's row (the tuned grid's once the lambda grid has chosen) and the choice."""
-  chosen = choose(finished(out))
-  return finished(out, chosen={m: w for m, (w, _) in chosen.items()}), chosen
+  """Every finished cell's row (the tuned grid's once the lambda grid has chosen, replay_weights' once ER's lr is
+  chosen) and the lambda choice."""
+  rows = finished(out)
+  chosen, lr = choose(rows), chosen_er_lr(rows)
+  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **({"ER": lr} if lr else {})}), chosen
 
 
 def report(out: pathlib.Path) -> dict:
@@ -390,6 +490,12 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
     if waiting:
       print(f"tuned: {', '.join(waiting)} not chosen yet (its lambda grid is not whole); running "
             f"{', '.join(f'{m} at lambda {lam(w)}' for m, w in chosen.items())}", flush=True)
+  if grid == "replay_weights":
+    lr = chosen_er_lr(finished(out))
+    if lr is None:
+      raise errors.ConfigError("--grids=replay_weights needs replay_lr's ER cells (every lr, the same seeds) "
+                               "finished first")
+    chosen = {"ER": lr}
   for cell in cells(grid, seeds, chosen):
     if labels and cell.label not in labels:
       continue

@@ -85,8 +85,8 @@ def _step_inputs(capacity=20, seen=100):
 
 
 def test_der_plus_plus_takes_two_independent_draws():
-  from lasp_jax.method.classifier import Settings  # noqa: PLC0415
   from lasp_jax.data.augment import AugmentConfig  # noqa: PLC0415
+  from lasp_jax.method.classifier import Settings  # noqa: PLC0415
   method = registry.get("derpp")
   cfg = Settings(method, 3, 1, True, minibatch=5, alpha=1.0, beta=1.0, augment=False)
   s, aug = _step_inputs(), AugmentConfig(size=4, rotate=False)

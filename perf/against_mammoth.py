@@ -113,17 +113,22 @@ def table(rows, five) -> str:
   lines = [aggregate.markdown_table(["cell", "seed", "lasp_jax wall s", "lasp_jax train s", "lasp_jax accuracy",
                                      "mammoth wall s", "mammoth train s", "mammoth accuracy", "wall ratio"], body)]
   for cell in dict.fromkeys(r["cell"] for r in rows):
-    rs = [r for r in rows if r["cell"] == cell]
-    metrics = list(rs[0]["ours"]["accuracy"][0])
-    side = lambda s, m: aggregate.cell(aggregate.mean_std(r[s]["accuracy"][0][m] for r in rs))
-    wall = lambda s: sum(r[s]["wall_s"] for r in rs)
-    lines.append(f"{cell}: " + "; ".join(f"{m} lasp_jax {side('ours', m)}, mammoth {side('mammoth', m)}"
-                                         for m in metrics)
-                 + f"; wall {wall('ours'):.0f} s against {wall('mammoth'):.0f} s ({wall('mammoth') / wall('ours'):.1f}x)")
+    lines.append(_cell_line(cell, [r for r in rows if r["cell"] == cell]))
   if five:
+    ratio = five["mammoth_wall_s"] / five["ours"]["wall_s"]
     lines.append(f"{five['cell']}, seeds 0-4: lasp_jax one vmapped program {five['ours']['wall_s']:.1f} s wall; "
-                 f"mammoth five runs {five['mammoth_wall_s']:.1f} s ({five['mammoth_wall_s'] / five['ours']['wall_s']:.1f}x)")
+                 f"mammoth five runs {five['mammoth_wall_s']:.1f} s ({ratio:.1f}x)")
   return "\n".join(lines) + "\n"
+
+
+def _cell_line(cell: str, rs: list) -> str:
+  """A cell's mean (std) accuracy of each side and their summed wall times."""
+  side = lambda s, m: aggregate.cell(aggregate.mean_std(r[s]["accuracy"][0][m] for r in rs))
+  wall = {s: sum(r[s]["wall_s"] for r in rs) for s in ("ours", "mammoth")}
+  accs = "; ".join(f"{m} lasp_jax {side('ours', m)}, mammoth {side('mammoth', m)}"
+                   for m in rs[0]["ours"]["accuracy"][0])
+  return f"{cell}: {accs}; wall {wall['ours']:.0f} s against {wall['mammoth']:.0f} s " \
+         f"({wall['mammoth'] / wall['ours']:.1f}x)"
 
 
 def main(argv):

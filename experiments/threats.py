@@ -229,24 +229,38 @@ def _healthy(row) -> bool:
   return row["validation"] is not None and not row.get("flags")
 
 
-def choose(rows, readout: str = "lbfgs") -> dict:
+def choose(rows, readout: str = "lbfgs", whole: bool = False) -> dict:
   """method -> (lambda, {lambda: mean validation accuracy}) from the ``lambda`` grid's rows: the best mean over
   seeds of the validation accuracy among the lambdas whose every seed finished healthy. A lambda with a diverged or
   flagged (collapsed) seed is never chosen; its mean is over its healthy seeds only (a collapse is counted apart,
-  never averaged in). Every lambda needs the same seeds as the others. Reads no test figure."""
+  never averaged in). A lambda is compared once it has the seeds the method's published lambda has; one still
+  running is left out (``pending``), or, with ``whole``, keeps the method from being chosen at all (what the
+  tuned grid waits for). Reads no test figure."""
   out = {}
   for method in METHODS:
-    cells = {w: [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
-             for w in LAMBDAS[method]}
-    seeds = {w: sorted(r["seed"] for r in rs) for w, rs in cells.items()}
-    if not all(seeds.values()) or any(s != seeds[LAMBDAS[method][0]] for s in seeds.values()):
-      continue  # the grid is not whole yet
-    healthy = {w: [r for r in rs if _healthy(r)] for w, rs in cells.items()}
+    cells = _lambda_cells(rows, method)
+    ref = sorted(r["seed"] for r in cells[PUBLISHED_LAMBDA[method]])
+    ready = {w: rs for w, rs in cells.items() if ref and sorted(r["seed"] for r in rs) == ref}
+    if not ready or (whole and len(ready) < len(cells)):
+      continue
+    healthy = {w: [r for r in rs if _healthy(r)] for w, rs in ready.items()}
     means = {w: aggregate.mean_std(r["validation"][readout] for r in rs)[0] for w, rs in healthy.items() if rs}
-    eligible = [w for w in means if len(healthy[w]) == len(cells[w])]
+    eligible = [w for w in means if len(healthy[w]) == len(ready[w])]
     if eligible:
       out[method] = (max(eligible, key=means.get), means)
   return out
+
+
+def _lambda_cells(rows, method) -> dict:
+  return {w: [r for r in rows if r["grid"] == "lambda" and r["method"] == lambda_variant(method, w).label]
+          for w in LAMBDAS[method]}
+
+
+def lambdas_pending(rows, method) -> list[float]:
+  """The method's lambdas that lack seeds its published lambda has (not yet compared)."""
+  cells = _lambda_cells(rows, method)
+  ref = sorted(r["seed"] for r in cells[PUBLISHED_LAMBDA[method]])
+  return [w for w, rs in cells.items() if sorted(r["seed"] for r in rs) != ref]
 
 
 def _cell_rows(rows, grid, label, head="centred"):
@@ -315,6 +329,10 @@ def table(rows, chosen) -> str:
                                        [[m, lam(w), *(_choice_cell(rows, m, x, means) if x in LAMBDAS[m] else "–"
                                                       for x in ALL_LAMBDAS)]
                                         for m, (w, means) in chosen.items()]), ""]
+    waiting = {m: lambdas_pending(rows, m) for m in chosen if lambdas_pending(rows, m)}
+    if waiting:
+      lines += ["Provisional: " + "; ".join(f"{m}'s lambda {', '.join(lam(w) for w in ws)} still running" for m, ws
+                                            in waiting.items()) + ".", ""]
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
        "commit", "date"],
@@ -429,7 +447,7 @@ def _differences(rows, grid, chosen, every_row=()) -> list[str]:
     rows = list(every_row)
   body = []
   for a, b, ha, hb, *rest in pairs:
-    least, grid_b = (*rest, 1, None)[:2]
+    least, grid_b = (*rest, *(1, None)[len(rest):])[:2]
     for metric, name in FIGURES:
       d = paired(rows, grid, a, b, metric, ha, hb, grid_b)
       if len(d) >= least:
@@ -482,7 +500,7 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
   if grid == "tuned":
     # Each method's choice reads its own lambda cells only, so a method whose grid is whole runs its tuned cells
     # while the other's grid finishes.
-    chosen = {m: w for m, (w, _) in choose(finished(out)).items()}
+    chosen = {m: w for m, (w, _) in choose(finished(out), whole=True).items()}
     if not chosen:
       raise errors.ConfigError("--grids=tuned needs a method's whole lambda grid (every lambda, the same seeds) "
                                "finished first")

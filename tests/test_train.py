@@ -182,7 +182,7 @@ def test_a_two_dim_mask_changes_the_sd_step():
   two = jnp.zeros(d, bool).at[:2].set(True)
   ms = [run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, mask, run.data, chunk, steps.pad_lrs([0.05], 1))[1]
         for mask in (jnp.ones(d, bool), two)]
-  ird = steps.COLUMN["ird"]  # pylint: disable=protected-access
+  ird = steps.METRICS.index("ird")
   assert abs(float(ms[0][0, ird]) - float(ms[1][0, ird])) > 1e-3 * float(ms[0][0, ird])
 
 
@@ -219,8 +219,8 @@ def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
     return new, m * jnp.nan if past is not None else m  # only task 1 has a past model
   run.chunk_fn = diverging
   with pytest.raises(TrainingError, match=r"non-finite loss at task 1, epoch 1, step 1 of the epoch \(supcon nan, "
-                                          r"ird nan, z_norm nan, grad_norm nan; the step before: none this epoch\); "
-                                          r"last good checkpoint: \d+ in ") as caught:
+                                          r"ird nan, z_norm nan, z_var nan, grad_norm nan; the step before: none this "
+                                          r"epoch\); last good checkpoint: \d+ in ") as caught:
     run.run()
   # The two parts as fields too (experiments/mechanisms.py records ``what`` as a diverged row's finding).
   assert str(caught.value) == f"{caught.value.what}; last good checkpoint: {caught.value.checkpoint}"

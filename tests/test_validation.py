@@ -109,7 +109,9 @@ def test_the_lambda_is_chosen_on_validation_accuracy_and_never_on_test_accuracy(
   assert threats._choice_cell(flagged, "SD", 2.0, means) == "81.00 (†1 of 3: not eligible)"
   assert threats._choice_cell(flagged, "SD", 5.0, means) == "79.00"
   partial = [r for r in rows if r["method"] != "Co2L lambda5"]
-  assert "Co2L" not in threats.choose(partial) and threats.choose(partial)["SD"][0] == 2.0
+  assert "Co2L" not in threats.choose(partial, whole=True) and threats.choose(partial)["SD"][0] == 2.0
+  # A lambda still running is left out of a provisional choice (the tuned grid waits for the whole grid).
+  assert threats.choose(partial)["Co2L"][0] == 0.5 and threats.lambdas_pending(partial, "Co2L") == [5.0]
 
 
 def test_paired_interval_hand_values():
@@ -212,10 +214,10 @@ def test_threats_table_pairs_the_published_lambdas_and_reports_the_choice():
   flagged = [dict(r, flags=["grad_vanished"]) if (r["method"], r["seed"]) == ("Co2L lambda5", 2) else r for r in rows]
   line = next(l for l in threats.table(flagged, chosen).splitlines() if l.startswith("| Co2L lambda5 †1 |"))
   assert line.endswith("| 90.50 (0.71) (2) |") and "| SD lambda5 | centred | 3 |" in text and "| as all |" in text
-  # SD's grid whole before Co2L's: SD's choice is reported, no tuned pair is formed yet.
+  # Co2L's lambda 5 still running: its choice is provisional, and says so.
   partial = [r for r in rows if not (r["method"] == "Co2L lambda5" and r["seed"] == 2)]
   text = threats.table(partial, threats.choose(partial))
-  assert "| SD | 5 |" in text and not any(l.startswith("| Co2L | ") for l in text.splitlines())
+  assert "| SD | 5 |" in text and "Provisional: Co2L's lambda 5 still running." in text
 
 
 def test_threats_paper_steps_table_splits_each_seeds_difference_by_domain():
@@ -241,12 +243,12 @@ def test_threats_tuned_grid_runs_each_method_once_its_own_grid_is_whole(tmp_path
   monkeypatch.setattr(threats.runner, "run_or_skip", lambda wd, config: ran.append((wd.name, config)) or {})
   monkeypatch.setattr(threats, "row_of", lambda cell, res: {"m1": None, "validation": None, "sgd": None,
                                                              "flags": [], "train_s": None})
-  monkeypatch.setattr(threats, "choose", lambda rows: {"SD": (0.5, {0.5: 84.0})})
+  monkeypatch.setattr(threats, "choose", lambda rows, whole=False: {"SD": (0.5, {0.5: 84.0})})
   threats.run_grid(tmp_path, "tuned", range(2))
   assert [name for name, _ in ran] == ["SD_lambda0.5_s0", "SD_lambda0.5_s1"]
   assert all(config_lib.ird_weight(c) == 0.5 and c.data.train_per_class == 250 for _, c in ran)
   assert "Co2L not chosen yet" in capsys.readouterr().out
-  monkeypatch.setattr(threats, "choose", lambda rows: {})
+  monkeypatch.setattr(threats, "choose", lambda rows, whole=False: {})
   with pytest.raises(ConfigError, match="needs a method's whole lambda grid"):
     threats.run_grid(tmp_path, "tuned", range(2))
 
@@ -258,7 +260,7 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
                        text=True, timeout=120, cwd=pathlib.Path(__file__).resolve().parents[1])
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps, "
-      "memory500_steps, paper_steps_current)"]
+      "memory500_steps, paper_steps_current, replay_lr, replay_weights)"]
 
 
 def test_gm_boundary_table_by_hand(tmp_path):

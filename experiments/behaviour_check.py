@@ -38,8 +38,13 @@ STOP_AT = {"sd_resumed": "step:1:0:2"}
 
 def run_case(name: str, out: pathlib.Path) -> dict:
   from configs import tiny  # noqa: PLC0415  (jax after the flags)
-  from lasp_jax import config_lib, report, train  # noqa: PLC0415
-  from lasp_jax.loop import checkpoint, seeds  # noqa: PLC0415
+  from lasp_jax import (  # noqa: PLC0415
+    config_lib,
+    report,
+    seeds,  # noqa: PLC0415
+    train,
+  )
+  from lasp_jax.loop import checkpoint  # noqa: PLC0415
   config = config_lib.override(tiny.get_config(), pictures=False, **CASES[name])
   wd = out / name
   if config.num_seeds > 1:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 
-from lasp_jax import report, train
+from lasp_jax import report, seeds, train
 from lasp_jax.eval import baselines as baselines_lib
-from lasp_jax.loop import seeds
 from lasp_jax.platform import xla_cache
 
 

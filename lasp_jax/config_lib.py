@@ -161,10 +161,8 @@ def method(config):
 
 
 def ird_weight(config) -> float:
-  w = config.train.ird_weight
-  if not method(config).distills:
-    return 0.0
-  return method(config).ird_weight if w is None or w < 0 else float(w)
+  """The run's distillation weight lambda (Method.distillation_weight)."""
+  return method(config).distillation_weight(config)
 
 
 

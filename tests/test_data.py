@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from lasp_jax.data import memory as M
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
-from lasp_jax.method import memory as M
 from lasp_jax.tools import prepare
 from tests.conftest import REPO
 

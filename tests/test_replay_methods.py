@@ -160,7 +160,7 @@ def test_a_replay_run_stopped_mid_task_resumes_to_the_same_results(tmp_path, met
 
 
 def test_vmapped_seeds_of_a_replay_method_equal_the_seeds_run_one_by_one(tmp_path):
-  from lasp_jax.loop import seeds  # noqa: PLC0415
+  from lasp_jax import seeds  # noqa: PLC0415
   base = der_protocol(method="der", num_seeds=2, **{"data.num_tasks": 2})
   one_by_one = seeds.SeedGroup(base, tmp_path / "seq").run()
   vmapped = seeds.SeedGroup(config_lib.override(base, seeds_mode="vmap"), tmp_path / "vmap").run()

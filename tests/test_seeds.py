@@ -7,10 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from lasp_jax import config_lib, train
+from lasp_jax import config_lib, seeds, train
 from lasp_jax.errors import ConfigError
 from lasp_jax.eval import baselines
-from lasp_jax.loop import seeds
 from tests.conftest import tiny_config
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).

@@ -16,9 +16,10 @@ from lasp_jax import config_lib, train
 from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.eval import probe
 from lasp_jax.loop import checkpoint, steps
-from lasp_jax.loop.train_state import make_optimizer, with_learning_rate
+from lasp_jax.loop.train_state import make_optimizer
 from lasp_jax.method import lookahead, mask_search, modulation, pools
 from lasp_jax.platform import files
+from lasp_jax.platform.optim import with_learning_rate
 from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.

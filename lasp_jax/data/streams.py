@@ -20,9 +20,9 @@ import numpy as np
 import tqdm
 
 from lasp_jax.data import detectors, sources
+from lasp_jax.data import memory as memory_lib
 from lasp_jax.data.sources import ArrayDataset
 from lasp_jax.errors import ConfigError
-from lasp_jax.method import memory as memory_lib
 
 
 @dataclasses.dataclass

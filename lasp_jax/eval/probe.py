@@ -25,8 +25,8 @@ import optax
 from lasp_jax import progress
 from lasp_jax.data import augment
 from lasp_jax.eval import linear
-from lasp_jax.loop.train_state import with_learning_rate
 from lasp_jax.model import models
+from lasp_jax.platform.optim import with_learning_rate
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Optional
 
 import numpy as np
 
-from lasp_jax.method import memory as memory_lib
+from lasp_jax.data import memory as memory_lib
 
 
 @dataclasses.dataclass

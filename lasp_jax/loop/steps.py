@@ -18,8 +18,9 @@ import numpy as np
 import optax
 
 from lasp_jax.data.arrays import Batch, DeviceData  # noqa: F401  (the step's inputs; defined with the data)
-from lasp_jax.loop.train_state import TrainState, with_learning_rate
+from lasp_jax.loop.train_state import TrainState
 from lasp_jax.method.base import PastModel, StepInputs
+from lasp_jax.platform.optim import with_learning_rate
 
 # The loop's own per-step metrics, after the method's (Method.metrics): grad_norm, the global norm of the
 # parameter gradient the optimizer received (near 0 for a collapsed representation, eval/health.py); num_valid,

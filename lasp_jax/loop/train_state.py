@@ -48,10 +48,6 @@ def make_optimizer(*, momentum: float, weight_decay: float) -> optax.GradientTra
   return optax.inject_hyperparams(build)(learning_rate=0.0)
 
 
-def with_learning_rate(opt_state, lr):
-  return opt_state._replace(hyperparams={**opt_state.hyperparams, "learning_rate": lr})
-
-
 # LLVM's -O2 passes are most of the init's compile time on XLA:CPU (ResNet-18 6.6 -> 3.0 s, the R-MNIST net
 # 3.0 -> 1.3 s at -O1), for a program that runs once; its bits are the same (tests/test_train_state.py).
 INIT_COMPILER_OPTIONS = {"cpu": {"xla_backend_optimization_level": 1}}

@@ -94,6 +94,14 @@ class Method:
   looks_ahead: ClassVar[bool] = False  # a boundary runs the look-ahead (mask search, EB)
   published_srs_data: ClassVar[dict] = {}  # the look-ahead data of the published commands, per scenario
 
+  def distillation_weight(self, config) -> float:
+    """lambda: ``train.ird_weight``, or the method's published value where it is < 0; 0 for a method that does
+    not distil."""
+    w = config.train.ird_weight
+    if not self.distills:
+      return 0.0
+    return self.ird_weight if w is None or w < 0 else float(w)
+
   def settings(self, config, stream):
     """The step's static settings (hashable; ``.method`` is this object): what ``observe`` reads as ``cfg``."""
     raise NotImplementedError

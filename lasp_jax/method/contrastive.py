@@ -50,10 +50,9 @@ class Co2L(Method):
   ird_weight = 1.0   # the published --distill_power
 
   def settings(self, config, stream) -> Settings:
-    from lasp_jax import config_lib  # noqa: PLC0415  (config_lib reads the registry: a cycle at import time)
     t = config.train
     return Settings(temperature=t.temperature, base_temperature=t.base_temperature, temp_cur=t.ird_temp_cur,
-                    temp_past=t.ird_temp_past, ird_weight=config_lib.ird_weight(config), method=self,
+                    temp_past=t.ird_temp_past, ird_weight=self.distillation_weight(config), method=self,
                     past_bn=config.model.past_bn, domain_classes=stream.contrastive_offset,
                     batch_size=t.batch_size)
 

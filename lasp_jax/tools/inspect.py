@@ -16,7 +16,7 @@ from PIL import Image
 
 from lasp_jax import config_lib, errors
 from lasp_jax.data import augment
-from lasp_jax.method import memory as memory_lib
+from lasp_jax.data import memory as memory_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
 _OUT = flags.DEFINE_string("out", "augmented_views.png", "PNG grid of augmented view pairs.")

@@ -11,8 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lasp_jax import train
-from lasp_jax.loop import seeds
+from lasp_jax import seeds, train
 from lasp_jax.loop.steps import Batch
 from lasp_jax.method import lookahead, pools
 from tests.conftest import Run, past_model, placed_chunk, tiny_config

@@ -32,7 +32,7 @@ FLAGS = flags.FLAGS
 
 BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": ("rot_mnist", ("domain_il",))}
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
-METHODS = {"er": "ER", "der": "DER", "derpp": "DER++"}
+METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM"}
 MEMORIES = (200, 500)
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory
@@ -45,7 +45,11 @@ BEST_ARGS = {
     (_SEQ, "der", 500): dict(lr=0.03, bs=10, mb=128, alpha=1.0),
     (_SEQ, "derpp", 200): dict(lr=0.03, bs=10, mb=128, alpha=0.2, beta=1.0),
     (_SEQ, "derpp", 500): dict(lr=0.03, bs=10, mb=10, alpha=1.0, beta=0.5),
+    (_SEQ, "agem", 200): dict(lr=0.1, bs=10, mb=128), (_SEQ, "agem", 500): dict(lr=0.1, bs=10, mb=128),
+    (_SEQ, "gem", 200): dict(lr=0.01, bs=10, gamma=1.0), (_SEQ, "gem", 500): dict(lr=0.03, bs=10, gamma=0.5),
     (_ROT, "ce_finetune", 0): dict(lr=0.2, bs=128), (_ROT, "ce_joint", 0): dict(lr=0.2, bs=128),
+    (_ROT, "agem", 200): dict(lr=0.1, bs=128, mb=128), (_ROT, "agem", 500): dict(lr=0.3, bs=128, mb=128),
+    (_ROT, "gem", 200): dict(lr=0.01, bs=128, gamma=0.5), (_ROT, "gem", 500): dict(lr=0.01, bs=128, gamma=0.5),
     (_ROT, "er", 200): dict(lr=0.2, bs=128, mb=128), (_ROT, "er", 500): dict(lr=0.2, bs=128, mb=128),
     (_ROT, "der", 200): dict(lr=0.2, bs=128, mb=128, alpha=1.0),
     (_ROT, "der", 500): dict(lr=0.2, bs=128, mb=128, alpha=0.5),
@@ -63,7 +67,13 @@ PUBLISHED = {
     (_SEQ, "der", 500): {"class_il": (90.54, None), "task_il": (98.84, None)},
     (_SEQ, "derpp", 200): {"class_il": (85.61, None), "task_il": (98.76, None)},
     (_SEQ, "derpp", 500): {"class_il": (91.00, None), "task_il": (98.94, None)},
+    (_SEQ, "agem", 200): {"class_il": (45.72, None), "task_il": (98.61, None)},
+    (_SEQ, "agem", 500): {"class_il": (46.66, None), "task_il": (98.93, None)},
+    (_SEQ, "gem", 200): {"class_il": (80.11, None), "task_il": (97.78, None)},
+    (_SEQ, "gem", 500): {"class_il": (85.99, None), "task_il": (98.71, None)},
     (_ROT, "ce_finetune", 0): {"domain_il": (67.66, None)}, (_ROT, "ce_joint", 0): {"domain_il": (95.76, None)},
+    (_ROT, "agem", 200): {"domain_il": (81.91, 0.76)}, (_ROT, "agem", 500): {"domain_il": (80.31, 6.29)},
+    (_ROT, "gem", 200): {"domain_il": (80.80, 1.15)}, (_ROT, "gem", 500): {"domain_il": (81.15, 1.98)},
     (_ROT, "er", 200): {"domain_il": (85.01, 1.90)}, (_ROT, "er", 500): {"domain_il": (88.91, 1.44)},
     (_ROT, "der", 200): {"domain_il": (90.04, 2.61)}, (_ROT, "der", 500): {"domain_il": (92.24, 1.12)},
     (_ROT, "derpp", 200): {"domain_il": (90.43, 1.87)}, (_ROT, "derpp", 500): {"domain_il": (92.77, 1.05)},
@@ -92,7 +102,8 @@ def config(bench: str, method: str, memory: int, seed: int):
   return config_lib.override(c, method=method, seed=seed, progress=False, pictures=False, **{
       "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"],
       "method_args.minibatch_size": a.get("mb", 0), "method_args.alpha": a.get("alpha", 0.1),
-      "method_args.beta": a.get("beta", 0.5), "eval.raw_pixels": method == "ce_finetune"})
+      "method_args.beta": a.get("beta", 0.5), "method_args.gamma": a.get("gamma", 0.5),
+      "eval.raw_pixels": method == "ce_finetune"})
 
 
 def row(bench: str, method: str, memory: int, seed: int, res: dict) -> dict:

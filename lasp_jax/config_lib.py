@@ -31,7 +31,7 @@ SEEDS_MODES = ("auto", "vmap", "sequential")
 # Keys that older configs may lack, and the value they mean.
 _DEFAULTS = {"seeds_mode": "auto", "lasp.subset": "searched", "data.validation_per_class": 0,
              "data.train_per_class": 0, "method_args.minibatch_size": 0, "method_args.alpha": 0.1,
-             "method_args.beta": 0.5}
+             "method_args.beta": 0.5, "method_args.gamma": 0.5}
 
 # Each key's allowed values, its lower bound, or > 0: checked in this order, the first failure raised.
 _CHOICES = {
@@ -51,7 +51,7 @@ _AT_LEAST = {
     "train.epochs": 1, "train.steps_per_call": 1, "eval.epochs": 1, "eval.batch_size": 1, "data.num_tasks": 1,
     "lasp.restarts": 1, "lasp.steps": 1, "lasp.eb_replicas": 1, "num_seeds": 1, "model.bn_groups": 1,
     "train.weight_decay": 0, "memory.size": 0, "data.validation_per_class": 0, "data.train_per_class": 0,
-    "method_args.minibatch_size": 0, "method_args.alpha": 0, "method_args.beta": 0,
+    "method_args.minibatch_size": 0, "method_args.alpha": 0, "method_args.beta": 0, "method_args.gamma": 0,
 }
 
 
@@ -89,6 +89,8 @@ def _check_combinations(c) -> None:
                                          f"expected one of {list(sources_ok)}")
   _fail(c.boundaries == "detected" and method(c).cumulative,
         f"method {c.method!r} trains on every earlier task's data: it needs boundaries='given'")
+  _fail(c.boundaries == "detected" and method(c).task_ends,
+        f"method {c.method!r} writes its memory where each task ends: it needs boundaries='given'")
   _fail(c.boundaries == "detected" and c.num_seeds > 1 and c.seeds_mode == "vmap",
         "boundaries='detected' with seeds_mode='vmap': the seeds' boundaries need not coincide; "
         "use seeds_mode=sequential")
@@ -201,7 +203,7 @@ LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data
               "lasp.subset": "searched", "train.tail_multiple": 0, "data.validation_per_class": 0,
               "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0,  # flat() gives tuples as lists
               "model.hidden": [100, 100], "augment.train": True, "method_args.minibatch_size": 0,
-              "method_args.alpha": 0.1, "method_args.beta": 0.5}
+              "method_args.alpha": 0.1, "method_args.beta": 0.5, "method_args.gamma": 0.5}
 
 
 def _value(d: dict, key: str):

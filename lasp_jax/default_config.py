@@ -108,6 +108,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.method_args.minibatch_size = 0   # rows of one memory draw; 0 = train.batch_size
   c.method_args.alpha = 0.1          # DER, DER++: weight of the logit-matching term
   c.method_args.beta = 0.5           # DER++: weight of the second draw's cross-entropy
+  c.method_args.gamma = 0.5          # GEM: the margin of its dual quadratic program
 
   c.lasp = ml_collections.ConfigDict()
   c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined

@@ -73,8 +73,9 @@ def run_task(ctx: Context, carry: Carry, t: int, on_task_end=None) -> None:
 
 
 def after_task(ctx: Context, carry: Carry, t: int, on_task_end=None) -> None:
-  """The read-outs after task t (every task, or the last), the task-end hook, the next task's progress and
-  a checkpoint."""
+  """The method's end of task t (Method.end_task), the read-outs after it (every task, or the last), the task-end
+  hook, the next task's progress and a checkpoint."""
+  carry.state = ctx.method.end_task(carry.state, carry.past, context.task_data(ctx, carry, t))
   if ctx.config.eval.every_task or t == ctx.stream.num_tasks - 1:
     checkpoint.fault_point(f"probe:{t}")
     evaluate_task(ctx, carry, t)

@@ -167,3 +167,44 @@ def test_vmapped_seeds_of_a_replay_method_equal_the_seeds_run_one_by_one(tmp_pat
   for a, b in zip(one_by_one, vmapped):
     np.testing.assert_allclose(a["acc_matrix"]["class_il"][-1], b["acc_matrix"]["class_il"][-1], atol=0.2)
     np.testing.assert_allclose([c["loss"] for c in a["curves"]], [c["loss"] for c in b["curves"]], rtol=1e-4)
+
+
+def test_agem_projects_only_when_the_gradients_disagree_and_then_onto_the_orthogonal_plane():
+  from lasp_jax.method.agem import agem_project, tree_vdot  # noqa: PLC0415
+  g_ref = {"w": jnp.array([1.0, 0.0]), "b": jnp.array([1.0])}
+  agree = {"w": jnp.array([2.0, 3.0]), "b": jnp.array([-1.0])}  # g . g_ref = 1 >= 0: unchanged
+  assert jax.tree.map(lambda a, b: bool(jnp.all(a == b)), agem_project(agree, g_ref), agree) == {"w": True, "b": True}
+  disagree = {"w": jnp.array([-3.0, 2.0]), "b": jnp.array([1.0])}  # g . g_ref = -2: minus (-2 / 2) g_ref
+  out = agem_project(disagree, g_ref)
+  np.testing.assert_allclose(out["w"], [-2.0, 2.0]) and np.testing.assert_allclose(out["b"], [2.0])
+  assert abs(float(tree_vdot(out, g_ref))) < 1e-6
+
+
+def test_gem_keeps_an_agreeing_gradient_and_projects_a_disagreeing_one_into_agreement():
+  from lasp_jax.method.gem import gem_dual, gem_project  # noqa: PLC0415
+  G = jnp.array([[0.0, 1.0], [1.0, 1.0], [5.0, 5.0]])
+  active = jnp.array([True, True, False])  # the third task has no remembered samples yet
+  agree = jnp.array([1.0, 2.0])
+  np.testing.assert_array_equal(gem_project(agree, G, active, 0.0), agree)
+  g = jnp.array([1.0, -2.0])  # disagrees with task 0 (-2) and task 1 (-1)
+  out = gem_project(g, G, active, 0.0)
+  # The closest gradient agreeing with both is (1, 0): the dual's v = (2, 0) (only task 0's constraint binds),
+  # g + 2 (0, 1), up to the dual's 1e-3 ridge.
+  np.testing.assert_allclose(out, [1.0, 0.0], atol=5e-3)
+  assert np.all(np.asarray(G[:2] @ out) >= -5e-3)
+  # The dual's coordinate descent against the box-constrained minimum by hand: P = [[2, 1], [1, 1]], b = (-1, -1)
+  # -> v = (0, 1); with a margin of 0.5 on both: v = (0.5, 0.5).
+  P, b = jnp.array([[2.0, 1.0], [1.0, 1.0]]), jnp.array([-1.0, -1.0])
+  np.testing.assert_allclose(gem_dual(P, b, jnp.array([True, True]), 0.0), [0.0, 1.0], atol=1e-4)
+  np.testing.assert_allclose(gem_dual(P, b, jnp.array([True, True]), 0.5), [0.5, 0.5], atol=1e-4)
+
+
+def test_agem_and_gem_write_their_memory_as_each_task_ends_a_quota_each(tmp_path):
+  for method in ("agem", "gem"):
+    ctx, carry = train.start(der_protocol(method=method, **{"data.num_tasks": 5}), tmp_path / method)
+    train.run_task(ctx, carry, 0)
+    mem = carry.state.memory
+    assert int(mem.seen) == 40 // 5 and set(np.asarray(mem.task)[:8].tolist()) == {0}  # capacity 40, 5 tasks
+    assert set(np.asarray(mem.label)[:8].tolist()) <= {0, 1}
+    train.run_task(ctx, carry, 1)
+    assert int(carry.state.memory.seen) == 16 and set(np.asarray(carry.state.memory.task)[8:16].tolist()) == {1}

@@ -27,7 +27,8 @@ from lasp_jax.loop import checkpoint, steps
 from lasp_jax.loop.run_state import RunState
 from lasp_jax.loop.steps import DeviceData
 from lasp_jax.loop.train_state import TrainState, create_train_state, make_optimizer
-from lasp_jax.method.base import Method, PastModel
+from lasp_jax.method import pools
+from lasp_jax.method.base import Method, PastModel, TaskData
 from lasp_jax.model.models import build_model
 from lasp_jax.platform import clock, cpu_kernels
 
@@ -174,6 +175,13 @@ def embed(ctx: Context, carry: Carry, index, domain) -> np.ndarray:
   return np.asarray(probe.extract_features(ctx.model, carry.state.variables(), view, np.asarray(index),
                                            np.asarray(domain), ctx.aug_cfg, batch_size=len(index),
                                            kind="embedding"))
+
+
+def task_data(ctx: Context, carry: Carry, t: int) -> TaskData:
+  """Task t's own samples and what a method needs to read them (Method.end_task)."""
+  own = pools.task_pool(ctx.stream, t)
+  return TaskData(t, own.index, own.domain, ctx.stream.train_labels[own.index], carry.data, ctx.model, ctx.aug_cfg,
+                  ctx.config, ctx.stream.num_tasks)
 
 
 def timed(carry: Carry, phase: str, fn, *args):

@@ -39,7 +39,7 @@ def train_step(state: TrainState, past: Optional[PastModel], dim_mask, data: Dev
                *, model, tx, aug_cfg, cfg):
   """One SGD step of the method ``cfg.method``; returns the new state and its metrics (metric_names)."""
   key = jax.random.fold_in(state.rng, state.step)
-  obs = cfg.method.observe(StepInputs(state, past, dim_mask, data, batch, key), model=model, aug_cfg=aug_cfg,
+  obs = cfg.method.observe(StepInputs(state, past, dim_mask, data, batch, key, lr), model=model, aug_cfg=aug_cfg,
                            cfg=cfg)
   opt_state = with_learning_rate(state.opt_state, lr)
   updates, opt_state = tx.update(obs.grads, opt_state, state.params)

@@ -42,13 +42,28 @@ def past_model(state) -> PastModel:
 
 class StepInputs(NamedTuple):
   """What one train step hands the method: the state, the frozen past model (or None), SD's dim mask, the
-  device-resident training data, the step's batch of indices and its random key."""
+  device-resident training data, the step's batch of indices, its random key and learning rate."""
   state: Any
   past: Any
   dim_mask: jax.Array
   data: Any        # data.arrays.DeviceData
   batch: Any       # data.arrays.Batch of (B,) fields
   key: jax.Array
+  lr: Any = None
+
+
+class TaskData(NamedTuple):
+  """What a method sees when a task ends: the task's own training samples (index into the images, slot, label),
+  the device data, the model and its augmentation settings, the run's config and a seed for its draws."""
+  task: int
+  index: Any
+  domain: Any
+  labels: Any
+  data: Any
+  model: Any
+  aug_cfg: Any
+  config: Any
+  num_tasks: int
 
 
 class Observation(NamedTuple):
@@ -92,6 +107,7 @@ class Method:
   selective: ClassVar[bool] = False   # distils a searched subset of embedding dims (health: a degenerate mask)
   modulates: ClassVar[bool] = False
   looks_ahead: ClassVar[bool] = False  # a boundary runs the look-ahead (mask search, EB)
+  task_ends: ClassVar[bool] = False   # needs to know where each task ends (end_task): given boundaries only
   published_srs_data: ClassVar[dict] = {}  # the look-ahead data of the published commands, per scenario
 
   def distillation_weight(self, config) -> float:
@@ -121,6 +137,12 @@ class Method:
     ``look()`` runs the look-ahead on the model as it ended the segment before."""
     del rs, look, task
     return state, past_model(state) if self.distills else past, None
+
+  def end_task(self, state, past, task: TaskData):
+    """The train state after task ``task.task`` ends, before its read-outs (a memory written at task ends fills
+    here). Default: unchanged."""
+    del past, task
+    return state
 
   def pool(self, stream, memory, t: int, slot=None):
     """Task t's training pool and the samples of one epoch: the task's data and the host memory (``replay``), or

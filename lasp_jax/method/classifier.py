@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from lasp_jax.data import augment
@@ -34,6 +35,8 @@ class Settings:
   alpha: float           # DER's logit-matching weight
   beta: float            # DER++'s weight of the second draw's cross-entropy
   augment: bool          # random augmentation of the training views (else the test transform)
+  num_tasks: int = 0     # GEM: one gradient constraint per task
+  gamma: float = 0.5     # GEM: the margin of its dual (mammoth's --gamma)
 
 
 class Replay(NamedTuple):
@@ -61,12 +64,15 @@ class Classifier(Method):
   metrics = ("loss", "ce", "z_norm", "z_var")
   draws = 0             # independent memory draws a step takes
   keeps_logits = False  # memory rows keep the logits the model gave them at insertion
+  writes = "step"       # when the memory takes samples: "step" (every step's batch, by reservoir) or "task_end"
+                        # (capacity / tasks random samples of each task as it ends: the DER paper's A-GEM and GEM)
 
   def settings(self, config, stream) -> Settings:
     a = config.method_args
     return Settings(method=self, num_classes=stream.num_classes, classes_per_task=stream.classes_per_task,
                     domain_tasks=stream.rotates, minibatch=a.minibatch_size or config.train.batch_size,
-                    alpha=float(a.alpha), beta=float(a.beta), augment=bool(config.augment.train))
+                    alpha=float(a.alpha), beta=float(a.beta), augment=bool(config.augment.train),
+                    num_tasks=stream.num_tasks, gamma=float(a.get("gamma", 0.5)))
 
   def init_memory(self, config, stream):
     return buffer.empty(config.memory.size, stream.num_classes if self.keeps_logits else 0) if self.draws else {}
@@ -119,11 +125,41 @@ class Classifier(Method):
     (loss, (terms, logits, feats, stats)), grads = grad_fn(s.state.params, s, x, labels, replays, model, cfg)
     z_norm, z_var = embedding_stats(jax.lax.stop_gradient(feats).astype(jnp.float32), s.batch.valid)
     memory = s.state.memory
-    if self.draws:  # mammoth adds the batch after the step; its logits are the ones this step computed
+    if self.draws and self.writes == "step":  # mammoth adds the batch after the step, with this step's logits
       memory = buffer.insert(memory, k_insert, index=s.batch.index, domain=s.batch.domain, label=labels,
                              task=self.task_of(labels, s.batch.domain, cfg),
                              logits=jax.lax.stop_gradient(logits), valid=s.batch.valid)
     return Observation(grads, stats, memory, {"loss": loss, **terms, "z_norm": z_norm, "z_var": z_var})
+
+
+  def end_task(self, state, past, task):
+    """A memory written at task ends takes capacity // tasks of the ended task's samples, drawn at random."""
+    del past
+    if not self.draws or self.writes != "task_end":
+      return state
+    n = len(task.index)
+    pick = np.random.default_rng([task.config.seed, task.task, 0xE9150]).choice(
+        n, min(n, task.config.memory.size // task.num_tasks), replace=False)
+    rows = lambda a: jnp.asarray(np.asarray(a)[pick], jnp.int32)
+    memory = buffer.insert(state.memory, jax.random.PRNGKey(0), index=rows(task.index), domain=rows(task.domain),
+                           label=rows(task.labels), task=jnp.full(len(pick), task.task, jnp.int32), logits=None,
+                           valid=jnp.ones(len(pick), bool))
+    return state.replace(memory=memory)
+
+  def stream_gradients(self, s: StepInputs, model, aug_cfg, cfg: Settings, key):
+    """The stream batch's cross-entropy, its gradients and the rest of observe's figures, with no memory term."""
+    x = self.views(key, s.data, s.batch.index, s.batch.domain, aug_cfg, cfg)
+    grad_fn = jax.value_and_grad(self.objective, has_aux=True)
+    labels = s.data.labels[s.batch.index]
+    (loss, (terms, _, feats, stats)), grads = grad_fn(s.state.params, s, x, labels, [], model, cfg)
+    z_norm, z_var = embedding_stats(jax.lax.stop_gradient(feats).astype(jnp.float32), s.batch.valid)
+    return grads, stats, {"loss": loss, **terms, "z_norm": z_norm, "z_var": z_var}
+
+  def replay_loss(self, params, s: StepInputs, replay: Replay, model):
+    """The mean cross-entropy of the model on one draw from the memory (its valid rows)."""
+    (_, logits), _ = forward(model, {"params": params, "batch_stats": s.state.batch_stats}, replay.images,
+                             train=True, mask=replay.valid)
+    return mean(*cross_entropy(logits, replay.labels, replay.valid))
 
 
 class JointClassifier(Classifier):

@@ -22,10 +22,12 @@ METHODS: dict = {
     "er": "er:ER",
     "der": "der:DER",
     "derpp": "derpp:DERpp",
+    "agem": "agem:AGEM",
+    "gem": "gem:GEM",
 }
 BASELINES = ("finetune", "joint")   # the contrastive family's bounds (--baselines)
 FAMILIES = {"contrastive": ("co2l", "sd", "gm", "sd_gm", "finetune", "joint"),
-            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp")}
+            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem")}
 
 _LOADED: dict = {}
 

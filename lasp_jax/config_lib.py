@@ -89,6 +89,9 @@ def _check_combinations(c) -> None:
                                          f"expected one of {list(sources_ok)}")
   _fail(c.boundaries == "detected" and method(c).cumulative,
         f"method {c.method!r} trains on every earlier task's data: it needs boundaries='given'")
+  _fail(c.data.scenario not in method(c).scenarios,
+        f"method {c.method!r} is defined for data.scenario {' or '.join(method(c).scenarios)}, not "
+        f"{c.data.scenario!r}")
   _fail(c.boundaries == "detected" and method(c).task_ends,
         f"method {c.method!r} writes its memory where each task ends: it needs boundaries='given'")
   _fail(c.boundaries == "detected" and c.num_seeds > 1 and c.seeds_mode == "vmap",

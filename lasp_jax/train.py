@@ -89,7 +89,7 @@ def after_task(ctx: Context, carry: Carry, t: int, on_task_end=None) -> None:
 def readout_inputs(ctx: Context, carry: Carry) -> evaluators.Inputs:
   """The values every read-out reads, as they are now (evaluators.Inputs)."""
   return evaluators.Inputs(ctx.model, carry.state.variables(), carry.data, ctx.test_data, ctx.stream, carry.memory,
-                         ctx.aug_cfg, ctx.config, ctx.validation)
+                           ctx.aug_cfg, ctx.config, ctx.validation, carry.state.memory)
 
 
 def evaluate_task(ctx: Context, carry: Carry, t: int) -> None:

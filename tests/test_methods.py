@@ -17,7 +17,7 @@ class ReplayOnly(contrastive.Co2L):
 class CurrentOnlyPool(contrastive.Co2L):
   """Another toy: Co2L whose pool is every other sample of the task, no memory (a method with its own pool)."""
 
-  def pool(self, stream, memory, t, slot=None):
+  def pool(self, stream, memory, t, slot=None, state=None):
     own = pools.task_pool(stream, t, slot)
     half = pools.Batch(*[f[::2] for f in own])
     return half, len(half.index)

@@ -208,3 +208,29 @@ def test_agem_and_gem_write_their_memory_as_each_task_ends_a_quota_each(tmp_path
     assert set(np.asarray(mem.label)[:8].tolist()) <= {0, 1}
     train.run_task(ctx, carry, 1)
     assert int(carry.state.memory.seen) == 16 and set(np.asarray(carry.state.memory.task)[8:16].tolist()) == {1}
+
+
+def test_herding_picks_the_sample_that_brings_the_exemplar_mean_closest_to_the_class_mean():
+  from lasp_jax.method.icarl import herding  # noqa: PLC0415
+  # Class mean (0.5, 0.5): the first pick is the row nearest it, (0.6, 0.4); the second the row that brings the
+  # mean of two closest: (0.4, 0.6) (mean (0.5, 0.5)), not (1, 0) or (0, 1).
+  feats = np.array([[1.0, 0.0], [0.6, 0.4], [0.0, 1.0], [0.4, 0.6]])
+  assert herding(feats, 2).tolist() == [1, 3]
+  assert sorted(herding(feats, 9).tolist()) == [0, 1, 2, 3]  # never more than the class has, each once
+
+
+def test_icarl_is_refused_on_a_domain_stream_in_one_line(tmp_path):
+  from lasp_jax.errors import ConfigError  # noqa: PLC0415
+  with pytest.raises(ConfigError, match="method 'icarl' is defined for data.scenario class, not 'domain'"):
+    config_lib.validate(config_lib.resolved(der_protocol(method="icarl", **{"data.scenario": "domain"})))
+
+
+def test_icarl_keeps_herded_exemplars_per_class_and_reads_out_by_their_nearest_mean(tmp_path):
+  ctx, carry = train.start(der_protocol(method="icarl", **{"eval.every_task": True}), tmp_path / "icarl")
+  train.run_task(ctx, carry, 0)
+  mem = jax.tree.map(np.asarray, carry.state.memory)  # host copies: the next step donates the state's buffers
+  assert int(mem.seen) == 40 and np.bincount(mem.label).tolist() == [20, 20]  # 40 // 2 classes
+  train.run_task(ctx, carry, 1)  # 4 classes: 10 each, classes 0 and 1 cut to their first (herding's) 10
+  labels = np.asarray(carry.state.memory.label)
+  assert np.bincount(labels, minlength=4).tolist() == [10, 10, 10, 10]
+  np.testing.assert_array_equal(np.asarray(carry.state.memory.index)[labels == 0], mem.index[mem.label == 0][:10])

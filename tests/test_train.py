@@ -17,7 +17,7 @@ from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.eval import probe
 from lasp_jax.loop import checkpoint, steps
 from lasp_jax.loop.train_state import make_optimizer
-from lasp_jax.method import lookahead, mask_search, modulation, pools
+from lasp_jax.method import features, lookahead, mask_search, modulation, pools
 from lasp_jax.platform import files
 from lasp_jax.platform.optim import with_learning_rate
 from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
@@ -32,7 +32,7 @@ RESULT_KEYS = {"dataset", "method", "scenario", "seed", "num_tasks", "acc_matrix
 def _global_cache_sizes():
   """Programs compiled so far by what the L-BFGS read-out runs (features of the train and test images, encoder
   and raw pixels; the accuracies) and by the mask search."""
-  return probe._features._cache_size(), probe._accuracies._cache_size(), mask_search.search_from._cache_size()
+  return features._features._cache_size(), probe._accuracies._cache_size(), mask_search.search_from._cache_size()
 
 
 @pytest.fixture(scope="module")

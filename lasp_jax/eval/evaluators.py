@@ -23,6 +23,7 @@ import numpy as np
 from lasp_jax.eval import probe
 from lasp_jax.method import pools
 from lasp_jax.model import models
+from lasp_jax.platform.numerics import l2_normalize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Inputs:
   aug_cfg: Any
   config: Any               # the run's config: eval.*, memory.size, seed
   validation: Optional[tuple] = None
+  method_memory: Any = None  # the method's device memory (train state): iCaRL's exemplars
 
   @property
   def layout(self) -> probe.Layout:
@@ -102,7 +104,22 @@ def _classify(model, variables, feats):
   return model.apply(variables, feats, method=models.Model.classify)
 
 
-EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout, "head": head_readout}
+def nme_readout(x: Inputs, t: int, pd: probe.ProbeData) -> probe.ProbeResult:
+  """Nearest mean of exemplars (iCaRL): each class's mean of its exemplars' L2-normalized features (renormalized);
+  a test row's logits are minus its distances to them (an unseen class: no mean, never chosen)."""
+  del t
+  mem = x.method_memory
+  n = int(mem.seen) if int(mem.seen) < len(mem.index) else len(mem.index)
+  feats = l2_normalize(probe.extract_features(x.model, x.variables, x.data, np.asarray(mem.index)[:n],
+                                              np.asarray(mem.domain)[:n], x.aug_cfg))
+  labels = jnp.asarray(np.asarray(mem.label)[:n])
+  onehot = jax.nn.one_hot(labels, x.layout.num_classes)
+  means = l2_normalize(onehot.T @ feats)
+  dist = jnp.linalg.norm(l2_normalize(pd.test_feats)[:, None, :] - means[None, :, :], axis=-1)
+  return probe.scores(jnp.where(jnp.sum(onehot, 0)[None, :] > 0, -dist, -jnp.inf), pd, x.layout)
+
+
+EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout, "head": head_readout, "nme": nme_readout}
 
 
 def raw_pixels(x: Inputs, t: int, pd: probe.ProbeData) -> dict:

@@ -133,7 +133,7 @@ def epoch_plan(ctx: Context, carry: Carry, t: int) -> EpochPlan:
   ``train.epochs`` epochs anneal as a task's would, later ones stay at the schedule's last value.
   """
   c, seg = ctx.config, carry.rs.segment
-  pool, per_epoch = ctx.method.pool(ctx.stream, carry.memory, t, context.slot(ctx, carry, t))
+  pool, per_epoch = ctx.method.pool(ctx.stream, carry.memory, t, context.slot(ctx, carry, t), state=carry.state)
   spe = num_steps(per_epoch, c.train.batch_size)
   lrs = task_lrs(c.train, epochs=ctx.task_epochs(0) if seg.index == 0 else c.train.epochs, steps_per_epoch=spe)
   start = seg.epoch * spe

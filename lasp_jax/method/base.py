@@ -108,6 +108,7 @@ class Method:
   modulates: ClassVar[bool] = False
   looks_ahead: ClassVar[bool] = False  # a boundary runs the look-ahead (mask search, EB)
   task_ends: ClassVar[bool] = False   # needs to know where each task ends (end_task): given boundaries only
+  scenarios: ClassVar[tuple] = ("class", "domain")  # the data.scenario values it is defined for
   published_srs_data: ClassVar[dict] = {}  # the look-ahead data of the published commands, per scenario
 
   def distillation_weight(self, config) -> float:
@@ -144,9 +145,10 @@ class Method:
     del past, task
     return state
 
-  def pool(self, stream, memory, t: int, slot=None):
+  def pool(self, stream, memory, t: int, slot=None, state=None):
     """Task t's training pool and the samples of one epoch: the task's data and the host memory (``replay``), or
-    the task's data alone."""
+    the task's data alone. ``state``: the train state (a method whose device memory joins its pool reads it)."""
+    del state
     if self.replay:
       pool = pools.training_pool(stream, memory, t, slot)
       return pool, len(pool.index)

@@ -166,6 +166,6 @@ class JointClassifier(Classifier):
   """The family's upper bound: cross-entropy on every task so far, every sample once an epoch (mammoth's JOINT)."""
   cumulative = True
 
-  def pool(self, stream, memory, t: int, slot=None):
+  def pool(self, stream, memory, t: int, slot=None, state=None):
     pool = pools.concat_pools(*[pools.task_pool(stream, j) for j in range(t + 1)])
     return pool, len(pool.index)

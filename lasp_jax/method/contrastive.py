@@ -156,7 +156,7 @@ class Joint(Finetune):
   """Upper bound: every task so far at once, an epoch drawing as many samples as a replay method's."""
   cumulative = True
 
-  def pool(self, stream, memory, t: int, slot=None):
+  def pool(self, stream, memory, t: int, slot=None, state=None):
     own = pools.task_pool(stream, t, slot)
     pool = pools.concat_pools(*[pools.task_pool(stream, j) for j in range(t + 1)])
     return pool, min(len(pool.index), len(own.index) + len(memory))

@@ -24,10 +24,11 @@ METHODS: dict = {
     "derpp": "derpp:DERpp",
     "agem": "agem:AGEM",
     "gem": "gem:GEM",
+    "icarl": "icarl:ICaRL",
 }
 BASELINES = ("finetune", "joint")   # the contrastive family's bounds (--baselines)
 FAMILIES = {"contrastive": ("co2l", "sd", "gm", "sd_gm", "finetune", "joint"),
-            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem")}
+            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl")}
 
 _LOADED: dict = {}
 

@@ -32,7 +32,7 @@ FLAGS = flags.FLAGS
 
 BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": ("rot_mnist", ("domain_il",))}
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
-METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL"}
+METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR"}
 MEMORIES = (200, 500)
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory
@@ -48,6 +48,8 @@ BEST_ARGS = {
     (_SEQ, "agem", 200): dict(lr=0.1, bs=10, mb=128), (_SEQ, "agem", 500): dict(lr=0.1, bs=10, mb=128),
     (_SEQ, "gem", 200): dict(lr=0.01, bs=10, gamma=1.0), (_SEQ, "gem", 500): dict(lr=0.03, bs=10, gamma=0.5),
     (_SEQ, "icarl", 200): dict(lr=0.1, bs=10), (_SEQ, "icarl", 500): dict(lr=0.1, bs=10),
+    (_SEQ, "fdr", 200): dict(lr=0.03, bs=128, mb=128), (_SEQ, "fdr", 500): dict(lr=0.1, bs=128, mb=128),
+    (_ROT, "fdr", 200): dict(lr=0.2, bs=128, mb=128), (_ROT, "fdr", 500): dict(lr=0.2, bs=128, mb=128),
     (_ROT, "ce_finetune", 0): dict(lr=0.2, bs=128), (_ROT, "ce_joint", 0): dict(lr=0.2, bs=128),
     (_ROT, "agem", 200): dict(lr=0.1, bs=128, mb=128), (_ROT, "agem", 500): dict(lr=0.3, bs=128, mb=128),
     (_ROT, "gem", 200): dict(lr=0.01, bs=128, gamma=0.5), (_ROT, "gem", 500): dict(lr=0.01, bs=128, gamma=0.5),
@@ -74,6 +76,9 @@ PUBLISHED = {
     (_SEQ, "gem", 500): {"class_il": (85.99, None), "task_il": (98.71, None)},
     (_SEQ, "icarl", 200): {"class_il": (70.51, None), "task_il": (98.28, None)},
     (_SEQ, "icarl", 500): {"class_il": (70.10, None), "task_il": (98.32, None)},
+    (_SEQ, "fdr", 200): {"class_il": (79.43, None), "task_il": (97.66, None)},
+    (_SEQ, "fdr", 500): {"class_il": (85.87, None), "task_il": (97.54, None)},
+    (_ROT, "fdr", 200): {"domain_il": (85.22, 3.35)}, (_ROT, "fdr", 500): {"domain_il": (89.67, 1.63)},
     (_ROT, "ce_finetune", 0): {"domain_il": (67.66, None)}, (_ROT, "ce_joint", 0): {"domain_il": (95.76, None)},
     (_ROT, "agem", 200): {"domain_il": (81.91, 0.76)}, (_ROT, "agem", 500): {"domain_il": (80.31, 6.29)},
     (_ROT, "gem", 200): {"domain_il": (80.80, 1.15)}, (_ROT, "gem", 500): {"domain_il": (81.15, 1.98)},

@@ -234,3 +234,17 @@ def test_icarl_keeps_herded_exemplars_per_class_and_reads_out_by_their_nearest_m
   labels = np.asarray(carry.state.memory.label)
   assert np.bincount(labels, minlength=4).tolist() == [10, 10, 10, 10]
   np.testing.assert_array_equal(np.asarray(carry.state.memory.index)[labels == 0], mem.index[mem.label == 0][:10])
+
+
+def test_fdr_distance_and_its_memory_of_every_task_so_far(tmp_path):
+  from lasp_jax.method.fdr import softmax_distance  # noqa: PLC0415
+  logits, stored = jnp.array([[0.0, 0.0], [5.0, 5.0]]), jnp.array([[math.log(3.0), 0.0], [0.0, 0.0]])
+  # softmax (0.5, 0.5) against (0.75, 0.25): distance 0.25 * sqrt(2); the second row is invalid
+  assert float(softmax_distance(logits, stored, jnp.array([True, False]))) == pytest.approx(0.25 * math.sqrt(2))
+  ctx, carry = train.start(der_protocol(method="fdr", **{"data.num_tasks": 5}), tmp_path / "fdr")
+  for t in range(2):
+    train.run_task(ctx, carry, t)
+  mem = jax.tree.map(np.asarray, carry.state.memory)
+  # capacity 40 after two tasks: 20 of each, the first task's cut to its first 20
+  assert int(mem.seen) == 40 and np.bincount(mem.task).tolist() == [20, 20]
+  assert np.abs(mem.logits).sum(1).min() > 0  # every row keeps the logits of the model it entered under

@@ -25,10 +25,11 @@ METHODS: dict = {
     "agem": "agem:AGEM",
     "gem": "gem:GEM",
     "icarl": "icarl:ICaRL",
+    "fdr": "fdr:FDR",
 }
 BASELINES = ("finetune", "joint")   # the contrastive family's bounds (--baselines)
 FAMILIES = {"contrastive": ("co2l", "sd", "gm", "sd_gm", "finetune", "joint"),
-            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl")}
+            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl", "fdr")}
 
 _LOADED: dict = {}
 

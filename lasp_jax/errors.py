@@ -53,12 +53,40 @@ def parse_flags(argv, usage: str = ""):
     message = f"error: {e}"
   except flags.Error as e:
     message = f"error: {one_line(e)}"
-  except KeyError as e:  # a misspelled --config.key on the locked ConfigDict
-    message = f"error: unknown config key {one_line(e)}"
-  except (OSError, ImportError, SyntaxError, AttributeError, ValueError, TypeError) as e:
-    message = f"error: cannot use the --config flag: {one_line(e)}"
+  except (KeyError, OSError, ImportError, SyntaxError, AttributeError, ValueError, TypeError) as e:
+    # a misspelled --config.key on the locked ConfigDict, or a value its key cannot take
+    message = unknown_key(argv) or f"error: cannot use the --config flag: {one_line(e)}"
   print(message, file=sys.stderr)
   sys.exit(2)
+
+
+def unknown_key(argv) -> str:
+  """'error: unknown config key K; the nearest: N' for the first ``--NAME.K=V`` of ``argv`` whose K is not a key of
+  NAME's config file, or ''."""
+  import difflib  # noqa: PLC0415
+  import runpy  # noqa: PLC0415
+  for arg in argv[1:]:
+    name, _, rest = arg.lstrip("-").partition(".")
+    if not rest or name not in flags.FLAGS or not config_flags.is_config_flag(flags.FLAGS[name]):
+      continue
+    key = rest.split("=")[0]
+    files = [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]  # the flag is not parsed yet
+    try:
+      config = runpy.run_path(files[-1].split(":")[0])["get_config"]()
+    except Exception:  # noqa: BLE001  (a broken file is reported as such by the caller)
+      return ""
+    keys = _dotted(config)
+    if key not in keys and not any(k.startswith(key + ".") for k in keys):
+      near = difflib.get_close_matches(key, keys, n=1, cutoff=0.0)
+      return f"error: unknown config key {key}" + (f"; the nearest: {near[0]}" if near else "")
+  return ""
+
+
+def _dotted(config, prefix: str = "") -> list[str]:
+  out = []
+  for k, v in config.items():
+    out += _dotted(v, f"{prefix}{k}.") if hasattr(v, "items") else [f"{prefix}{k}"]
+  return out
 
 
 def _load_config_files() -> None:

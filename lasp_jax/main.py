@@ -7,6 +7,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from lasp_jax import config_lib, errors
+from lasp_jax.method import registry
 from lasp_jax.platform import host_memory
 
 # Before JAX's backend starts: its threads take their malloc arenas then (host_memory.py).
@@ -32,8 +33,9 @@ USAGE = """usage: lasp-jax --config=FILE [--config.KEY=VALUE ...] [--workdir=DIR
 Trains one continual-learning run (or several seeds) and prints its accuracy matrices and final figures.
 
   --config=FILE            a config file, e.g. configs/mnist5k.py (offline), configs/rmnist.py, configs/cifar10.py
-  --config.KEY=VALUE       override any key of it, e.g. --config.method=co2l (sd, co2l, gm, sd_gm, finetune,
-                           joint), --config.seed=3, --config.memory.size=500, --config.train.ird_weight=1
+  --config.KEY=VALUE       override any key of it, e.g. --config.method=co2l, --config.seed=3,
+                           --config.memory.size=500, --config.train.ird_weight=1
+  --config.method=NAME     {methods}
   --config.num_seeds=N     seeds seed .. seed+N-1, each in WORKDIR/seed_<k>/, their mean (std) in WORKDIR/seeds.md
   --config.preset=published  every behaviour of the published code that lasp_jax fixes (docs/protocol.md)
   --config.data.validation_per_class=N  hold N training images per class out as a validation set
@@ -45,7 +47,9 @@ Trains one continual-learning run (or several seeds) and prints its accuracy mat
 
 example: lasp-jax --config=configs/mnist5k.py --baselines
          lasp-jax --config=configs/rmnist_cpu.py --config.method=co2l --config.num_seeds=3 --workdir=/tmp/co2l
-"""
+         lasp-jax --config=configs/seq_mnist.py --config.method=derpp   (the DER paper's Split-MNIST protocol)
+""".format(methods="\n                           ".join(f"{family}: {', '.join(names)}"
+                                                   for family, names in registry.FAMILIES.items()))
 
 
 def main(argv):

@@ -92,7 +92,12 @@ def test_a_changed_config_is_refused_unless_forced_and_never_restarts(changed_co
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--config.trian.lr=1"], "trian"),
+    (["--config.trian.lr=1"], "error: unknown config key trian.lr; the nearest: train.lr"),
+    (["--config.methd=sd"], "error: unknown config key methd; the nearest: method"),
+    (["--config.method=icarl", "--config.data.scenario=domain"],
+     "error: method 'icarl' is defined for data.scenario class, not 'domain'"),
+    (["--config.method=agem", "--config.boundaries=detected"],
+     "error: method 'agem' writes its memory where each task ends: it needs boundaries='given'"),
     (["--config=configs/nonexistent.py"], "error: cannot load --config: no such file 'configs/nonexistent.py'"),
     (["--config.dataset=cifar100"], "unknown dataset 'cifar100'"),
     (["--config.dataset=cifar10", "--config.data.data_dir=/nonexistent/dir"], "cifar-10-batches-bin"),
@@ -134,4 +139,7 @@ def test_help_lists_the_flags_a_user_needs_with_an_example(tmp_path):
   for flag in ("--config=FILE", "--config.KEY=VALUE", "--workdir=DIR", "--baselines", "--config.num_seeds=N",
                "--config.preset=published", "--compile_cache", "example: lasp-jax --config=configs/mnist5k.py"):
     assert flag in out.stdout, flag
+  from lasp_jax.method import registry  # noqa: PLC0415
+  listed = out.stdout.split("--config.method=NAME")[1].split("--config.num_seeds")[0]
+  assert all(f" {name}," in listed or f" {name}\n" in listed for name in registry.METHODS), listed
   assert not (tmp_path / "results.json").exists()

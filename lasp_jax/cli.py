@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import os
+import time
 
 from lasp_jax import report, seeds, train
 from lasp_jax.eval import baselines as baselines_lib
+from lasp_jax.eval import health
 from lasp_jax.platform import xla_cache
 
 
 def run_command(config, workdir: str, *, baselines: bool = False, compile_cache: str = "") -> dict:
   """Trains ``config`` into ``workdir`` (``num_seeds`` > 1: every seed, WORKDIR/seed_<k>/), with finetune and joint
   in WORKDIR/baselines/ when ``baselines``; prints the summary or the comparison; returns {method: results}."""
+  started = time.perf_counter()
   xla_cache.enable(compile_cache)
   runs = {config.method: (config, workdir)}
   if baselines:
     runs.update({name: (baselines_lib.baseline_config(config, name), os.path.join(workdir, "baselines", name))
-                 for name in baselines_lib.NAMES if name != config.method})
-  results = {name: _train(cfg, wd, name) for name, (cfg, wd) in runs.items()}
+                 for name in baselines_lib.names(config.method) if name != config.method})
+  results = {}
+  for name, (cfg, wd) in runs.items():
+    results[name] = _train(cfg, wd, name)
+    if len(runs) > 1:  # each run's line as it ends
+      print(f"{name} done: " + ", ".join(f"{m} {v:.2f}" for m, v in results[name]["final"].items())
+            + f" ({health.mark(results[name]) or 'healthy'}, {results[name].get('wall_time_s', 0):.1f} s)",
+            flush=True)
   if config.num_seeds == 1:
     print(report.summary(results[config.method]))
   pictures = []
@@ -32,6 +41,9 @@ def run_command(config, workdir: str, *, baselines: bool = False, compile_cache:
     pictures[:0] = [os.path.join(runs_dir, name) for name in ("acc_matrix.png", "curves.png")]
     print(f"pictures: {', '.join(pictures)}")
   print(f"results: {os.path.join(runs_dir, 'results.json')}")
+  print(f"wall time: {time.perf_counter() - started:.1f} s in all" + (
+      " (" + ", ".join(f"{n} {r.get('wall_time_s', 0):.1f} s" for n, r in results.items()) + ")"
+      if len(results) > 1 else ""))
   return results
 
 

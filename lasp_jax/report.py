@@ -118,7 +118,9 @@ def comparison_chart(results: dict, path, what: str = "") -> None:
                   label=name + (" †" if flagged else ""), hatch="//" if flagged else None)
     ax.bar_label(bars, fmt="%.1f", fontsize=7)
   ax.set_xticks(np.arange(len(metrics)) + width * (len(rows) - 1) / 2, metrics)
-  ax.set(ylabel="final accuracy (%)", ylim=(0, 105), title="method and bounds († failed a health check)")
+  flagged_any = any(not res.get("health", {}).get("ok", True) for _, res in rows)
+  ax.set(ylabel="final accuracy (%)", ylim=(0, 105),
+         title="method and bounds" + (" († failed a health check)" if flagged_any else ""))
   ax.legend(fontsize=7, loc="lower right")
   _footer(fig, first, what)
   fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -192,7 +194,7 @@ def summary(results: dict) -> str:
   if h is not None:
     lines.append("health: ok (every task trained)" if h["ok"] else
                  f"health: FLAGGED ({', '.join(h['checks'])}; {len(h['flags'])} flags in results.json)")
-  lines.append(f"wall time: {results['wall_time_s']:.1f} s")
+  lines.append(f"wall time of this run: {results['wall_time_s']:.1f} s")
   return "\n".join(lines)
 
 

@@ -1,25 +1,30 @@
 """The baselines run beside a method (``main --baselines``) and the comparison table they make.
 
-finetune: the same SupCon training on each task alone, no replay, no
-distillation (the lower bound; its probe gets the same memory as the method's,
-so the two representations are read out on the same data). joint: every task
-so far at once, same step budget (the upper bound). Raw pixels: a converged
-linear classifier on the final probe's data (in every run's results).
+The method's family's bounds: for the contrastive family finetune (the same SupCon training on each task alone,
+no replay, no distillation: the lower bound; its probe gets the same memory as the method's, so the two
+representations are read out on the same data) and joint (every task so far at once, same step budget: the upper
+bound); for the cross-entropy family ce_finetune and ce_joint, likewise. Raw pixels: a converged linear classifier
+on the final probe's data (in every run's results).
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-from lasp_jax import config_lib
 from lasp_jax.eval import health
+from lasp_jax.method import registry
 
-NAMES = config_lib.BASELINES
+
+def names(method: str) -> tuple:
+  """The bounds run beside ``method``: its family's (registry.BOUNDS)."""
+  return registry.bounds(method)
 
 
 def baseline_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
   """``config`` with the method replaced by baseline ``name``; everything else as it is."""
-  return config_lib.override(ml_collections.ConfigDict(config.to_dict()), method=name)
+  out = ml_collections.ConfigDict(config.to_dict())
+  out.method = name
+  return out
 
 
 def comparison(results: dict) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pathlib
 import time
 from typing import Any, Optional
 
@@ -124,8 +125,14 @@ def build(config: ml_collections.ConfigDict, workdir, devices=None) -> Context:
   config = config_lib.resolved(config)
   config_lib.validate(config)
   progress.enable(config.progress)
+  existed = pathlib.Path(workdir).exists()
   workdir = checkpoint.prepare_workdir(workdir)
-  dataset, stream = streams.load(config)
+  try:
+    dataset, stream = streams.load(config)
+  except ConfigError:  # a setting the data refuses (10 classes in 7 tasks): no empty workdir left behind
+    if not existed and not any(workdir.iterdir()):
+      workdir.rmdir()
+    raise
   mesh = data_mesh(devices)
   for key in ("batch_size", "tail_multiple"):
     if config.train[key] % mesh.size:

@@ -59,6 +59,7 @@ def train_task(ctxs, carries, t: int, executor) -> None:
               for x, c in runs]
     for k in range(prog0.call, len(lr_e)):
       chunk_k = [chunks[k] for chunks, _ in per_run]
+      announce_compile(ctxs[0], carries[0], t, chunk_k[0])
       ms = executor.execute(ctxs, carries, chunk_k, steps.pad_lrs(lr_e[k], chunk_k[0].valid.shape[0]))
       for (_, outs), m in zip(starts, ms):
         outs.append(m)
@@ -102,9 +103,28 @@ def check_finite(outs, t: int, e: int, where, names: tuple = steps.METRICS):
   return m
 
 
+def run_name(ctx: Context) -> str:
+  """The run as its progress lines name it: method and seed."""
+  return f"{ctx.config.method} seed {ctx.config.seed}"
+
+
 def progress_bar(ctx: Context, carry: Carry, t: int):
-  return tqdm.tqdm(total=ctx.task_epochs(t), initial=carry.rs.progress.epoch, desc=f"task {t}",
+  return tqdm.tqdm(total=ctx.task_epochs(t), initial=carry.rs.progress.epoch, desc=f"{run_name(ctx)} task {t}",
                    disable=not ctx.config.progress, leave=True)
+
+
+_PROGRAMS_SEEN: set = set()
+
+
+def announce_compile(ctx: Context, carry: Carry, t: int, chunk) -> None:
+  """One line before a chunk whose program this process has not run yet (a new method, the first past model, a
+  new batch shape): its first call compiles it (or loads it from the persistent cache), seconds of silence."""
+  key = (ctx.loss_cfg, carry.past is None, tuple(chunk.valid.shape))
+  if key in _PROGRAMS_SEEN:
+    return
+  _PROGRAMS_SEEN.add(key)
+  if ctx.config.progress:
+    tqdm.tqdm.write(f"{run_name(ctx)} task {t}: compiling the train step (once per program)", file=sys.stderr)
 
 
 def before_epoch(ctx: Context, carry: Carry, t: int) -> None:

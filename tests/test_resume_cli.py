@@ -143,3 +143,12 @@ def test_help_lists_the_flags_a_user_needs_with_an_example(tmp_path):
   listed = out.stdout.split("--config.method=NAME")[1].split("--config.num_seeds")[0]
   assert all(f" {name}," in listed or f" {name}\n" in listed for name in registry.METHODS), listed
   assert not (tmp_path / "results.json").exists()
+
+
+def test_a_setting_the_data_refuses_leaves_no_workdir_behind(tmp_path):
+  from lasp_jax import train  # noqa: PLC0415
+  from lasp_jax.errors import ConfigError  # noqa: PLC0415
+  from tests.conftest import tiny_config  # noqa: PLC0415
+  with pytest.raises(ConfigError, match="10 classes cannot be split into 7 equal tasks"):
+    train.build(tiny_config(**{"data.num_tasks": 7}), tmp_path / "new")
+  assert not (tmp_path / "new").exists()

@@ -76,13 +76,33 @@ def threat_intervals() -> list[tuple[str, str, list[float]]]:
   return [row for row in pairs if row[2]]  # a grid not yet run draws no row
 
 
+# The paper's Table 1, R-MNIST, memory 200 (mean, std, runs): SD's own runs and Co2L's figure copied from its paper.
+PAPER_GAP = ((98.80, 0.26, 5), (97.90, 1.92, 5))
+
+
+def _p(p) -> str:
+  return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def table(rows) -> str:
-  body = [[panel, label, *aggregate.interval_cell(d)] for panel, label, d in rows]
+  from lasp_jax.eval import metrics  # noqa: PLC0415  (scipy, for the p-values)
+  ps = [metrics.paired_p(d) for _, _, d in rows]
+  adjusted = metrics.holm(ps)
+  body = []
+  for (panel, label, d), p, adj in zip(rows, ps, adjusted):
+    _, std, n = metrics.mean_std(d)
+    effect = metrics.detectable_effect(std, n)
+    body.append([panel, label, *aggregate.interval_cell(d), _p(p), _p(adj), "–" if effect is None else f"{effect:.2f}"])
+  t, dof, p_paper = metrics.welch(*PAPER_GAP)
   return "\n".join(["# The verdict's paired differences", "",
                     "Produced by `python -m experiments.findings`. Per-angle Domain-IL (Rotated MNIST) or Class-IL",
-                    "(Split-MNIST) points, paired by seed, mean with its 95 % t interval (n − 1 degrees of freedom).",
-                    "", aggregate.markdown_table(["panel", "difference", "pairs", "mean [95 % interval]", "verdict"],
-                                                 body), ""])
+                    "(Split-MNIST) points, paired by seed, mean with its 95 % t interval (n − 1 degrees of freedom);",
+                    f"p of the paired t test, Holm-adjusted over the {sum(x is not None for x in ps)} tests of this",
+                    "table; the smallest true difference each could detect (two-sided 5 %, 80 % power).", "",
+                    aggregate.markdown_table(["panel", "difference", "pairs", "mean [95 % interval]", "verdict", "p",
+                                              "Holm p", "detectable (80 %)"], body), "",
+                    f"The paper's own gap (Table 1, R-MNIST, memory 200): SD 98.80 (0.26) against Co2L 97.90 (1.92), "
+                    f"5 runs each: Welch t {t:.2f}, {dof:.1f} degrees of freedom, p {p_paper:.2f}.", ""])
 
 
 def figure(rows, path: pathlib.Path) -> None:

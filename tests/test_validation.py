@@ -307,3 +307,16 @@ def test_threats_means_run_over_the_seeds_every_method_of_the_head_has():
   assert "| SD onlypast | published | 1 | 69.00 | – | 70.00 |" in section  # alone on its head: nothing to wait for
   assert "| finetune | centred | 1 | 79.00 | – | 80.00 |" in section  # a bound: seed 0 only by design
   assert "| paper_steps | centred | SD onlypast | 1 | 95.00 | 96.00 |" in text.split("## Every run")[1]
+
+
+def test_holm_power_and_welch_hand_values():
+  # Holm over (0.01, 0.04, 0.03, none): sorted 0.01 x 3, 0.03 x 2, 0.04 x 1 -> 0.03, 0.06, 0.06 (kept monotone)
+  assert metrics.holm([0.01, 0.04, 0.03, None]) == pytest.approx([0.03, 0.06, 0.06, None])
+  assert metrics.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+  # paired t: diffs 1, 2, 3 -> t = 2 / (1 / sqrt 3) = 3.4641, 2 dof, p = 0.07418 (scipy.stats.ttest_1samp)
+  assert metrics.paired_p([1.0, 2.0, 3.0]) == pytest.approx(0.0741799, rel=1e-5)
+  # 3 pairs, std 1: (t(0.975, 2) 4.3027 + t(0.8, 2) 1.0607) / sqrt 3 = 3.0966
+  assert metrics.detectable_effect(1.0, 3) == pytest.approx(3.0966, rel=1e-4)
+  # The paper's own SD − Co2L gap on R-MNIST: 98.80 (0.26) against 97.90 (1.92), 5 runs each
+  t, dof, p = metrics.welch((98.80, 0.26, 5), (97.90, 1.92, 5))
+  assert (t, dof) == pytest.approx((1.0387, 4.147), rel=1e-3) and p == pytest.approx(0.356, abs=0.005)

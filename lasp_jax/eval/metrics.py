@@ -116,3 +116,43 @@ def interval_cell(diffs, level: float = 0.95) -> tuple[int, str, str]:
     return 0, "–", "too few pairs"
   text = f"{mean:+.2f}" if half is None else f"{mean:+.2f} [{mean - half:+.2f}, {mean + half:+.2f}]"
   return n, text, interval_verdict(mean, half)
+
+
+def paired_p(diffs: Iterable[Optional[float]]) -> Optional[float]:
+  """Two-sided p of the paired t test (mean 0) over the finite differences; None for n < 2 or no spread."""
+  mean, std, n = mean_std(diffs)
+  if n < 2 or not std:
+    return None
+  from scipy import stats  # noqa: PLC0415  (only the tables use it)
+  return float(2 * stats.t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
+
+
+def holm(pvalues: list[Optional[float]]) -> list[Optional[float]]:
+  """Holm's step-down adjusted p-values over a family of tests (None entries are not tests): the k-th smallest of m
+  p-values times (m - k + 1), made non-decreasing, at most 1."""
+  tests = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+  out, running = [None] * len(pvalues), 0.0
+  for k, (p, i) in enumerate(tests):
+    running = max(running, min(1.0, (len(tests) - k) * p))
+    out[i] = running
+  return out
+
+
+def detectable_effect(std: Optional[float], n: int, power: float = 0.8, level: float = 0.95) -> Optional[float]:
+  """The smallest true mean difference a paired t test of n pairs with this spread detects (two-sided, ``level``)
+  with probability ``power``: (t_(1 - alpha/2, n-1) + t_(power, n-1)) x std / sqrt(n), the usual t approximation."""
+  if n < 2 or std is None:
+    return None
+  from scipy import stats  # noqa: PLC0415  (only the tables use it)
+  return float((stats.t.ppf(0.5 + level / 2, n - 1) + stats.t.ppf(power, n - 1)) * std / math.sqrt(n))
+
+
+def welch(a: tuple, b: tuple) -> tuple[float, float, float]:
+  """(t, degrees of freedom, two-sided p) of Welch's test from two groups' (mean, std, n): what two published
+  means with their spreads say of their difference."""
+  from scipy import stats  # noqa: PLC0415  (only the tables use it)
+  (m1, s1, n1), (m2, s2, n2) = a, b
+  v1, v2 = s1 * s1 / n1, s2 * s2 / n2
+  t = (m1 - m2) / math.sqrt(v1 + v2)
+  dof = (v1 + v2) ** 2 / (v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1))
+  return t, dof, float(2 * stats.t.sf(abs(t), dof))

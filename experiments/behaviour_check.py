@@ -3,8 +3,9 @@
     python -m experiments.behaviour_check --out=/tmp/before           # at the old commit
     python -m experiments.behaviour_check --out=/tmp/after --compare=/tmp/before
 
-Each case is configs/tiny.py with a few keys (every method on 2 Split tasks, a 3-domain SD run, two seeds one
-after another and vmapped, a detected-boundary run, a run stopped mid-task and resumed); a case's record is its
+Each case is configs/tiny.py with a few keys (every method on 2 Split tasks, the cross-entropy family under the
+DER paper's protocol, a 3-domain SD run, two seeds one after another and vmapped, a detected-boundary run, runs
+stopped mid-task and resumed); a case's record is its
 results.json without wall-clock figures and provenance. The comparison prints one line per case, equal or the
 first keys that differ, and exits 1 if any differ.
 """
@@ -23,6 +24,9 @@ from lasp_jax import errors
 FLAGS = flags.FLAGS
 
 TWO = {"data.num_tasks": 2, "train.epochs_first": 2, "train.epochs": 1}
+DER = {"model.name": "mlp", "model.hidden": (32, 32), "augment.train": False, "train.epochs_first": 1,
+       "train.schedule": "constant", "train.momentum": 0.0, "train.weight_decay": 0.0, "train.batch_size": 10,
+       "train.lr": 0.05, "method_args.minibatch_size": 10}
 CASES = {
     **{m: {**TWO, "method": m} for m in ("sd", "co2l", "gm", "sd_gm", "finetune", "joint")},
     "sd_3_domains": {**TWO, "data.num_tasks": 3, "data.scenario": "domain", "model.normalize_embedding": False,
@@ -31,9 +35,14 @@ CASES = {
     "sd_vmapped_seeds": {**TWO, "num_seeds": 2, "seeds_mode": "vmap"},
     "sd_detected": {**TWO, "boundaries": "detected"},
     "sd_resumed": {**TWO, "train.checkpoint_every_steps": 2},
+    # the cross-entropy family under the DER paper's MNIST protocol (an MLP, one epoch, constant SGD)
+    **{f"{m}_der": {**TWO, **DER, "method": m} for m in ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem",
+                                                         "gem", "icarl", "fdr")},
+    "derpp_vmapped_seeds": {**TWO, **DER, "method": "derpp", "num_seeds": 2, "seeds_mode": "vmap"},
+    "er_resumed": {**TWO, **DER, "method": "er", "train.checkpoint_every_steps": 4, "train.steps_per_call": 4},
 }
 # A case here stops at this fault point (checkpoint.fault_point) and is resumed in the same process.
-STOP_AT = {"sd_resumed": "step:1:0:2"}
+STOP_AT = {"sd_resumed": "step:1:0:2", "er_resumed": "step:1:0:3"}
 
 
 def run_case(name: str, out: pathlib.Path) -> dict:

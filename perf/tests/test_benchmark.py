@@ -66,3 +66,23 @@ def test_the_race_rows_divide_each_sides_own_times():
       5, 70.0, 14.0, 7.0)
   assert "| sd | 2, 5 | 90.00 | 91.00 | 300 | 100 | **3.00x** | 70 (14.00) | 35 (7.00) | 2.00x | 50.0 | 1.5 (10) |" \
       in against_published.table([r])
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--cells=seq-er,nope"], "error: unknown cell nope; expected some of seq-er, seq-derpp, rot-er, rot-derpp"),
+    (["--mammoth=/nonexistent"], "error: --mammoth must name a folder set up by run_mammoth.sh SCRATCH setup "
+                                 "(venv/, mammoth/)"),
+])
+def test_the_race_against_mammoth_refuses_a_bad_cell_or_a_missing_mammoth_in_one_line(args, line):
+  proc = subprocess.run([sys.executable, "-m", "perf.against_mammoth", *args], cwd=REPO, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line]
+
+
+def test_the_race_against_mammoth_runs_both_sides_with_mammoths_effective_draw():
+  from perf import against_mammoth  # noqa: PLC0415
+  # mammoth sets its draw to the batch size whatever --minibatch_size says: seq-mnist DER++ draws 10, not 128
+  assert "--minibatch_size=10" in against_mammoth.mammoth_args("seq-mnist", "derpp", 0)
+  ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w")
+  assert "--config.method_args.minibatch_size=10" in ours and "--config.train.batch_size=10" in ours
+  assert "--config.num_seeds=5" in against_mammoth.ours_command("seq-mnist", "er", 0, "/tmp/w", seeds=5)

@@ -32,7 +32,8 @@ FLAGS = flags.FLAGS
 
 BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": ("rot_mnist", ("domain_il",))}
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
-METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR"}
+METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR",
+           "gss": "GSS"}
 MEMORIES = (200, 500)
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory
@@ -50,6 +51,8 @@ BEST_ARGS = {
     (_SEQ, "icarl", 200): dict(lr=0.1, bs=10), (_SEQ, "icarl", 500): dict(lr=0.1, bs=10),
     (_SEQ, "fdr", 200): dict(lr=0.03, bs=128, mb=128), (_SEQ, "fdr", 500): dict(lr=0.1, bs=128, mb=128),
     (_ROT, "fdr", 200): dict(lr=0.2, bs=128, mb=128), (_ROT, "fdr", 500): dict(lr=0.2, bs=128, mb=128),
+    (_SEQ, "gss", 200): dict(lr=0.1, bs=128, mb=10, gmb=10), (_SEQ, "gss", 500): dict(lr=0.1, bs=128, mb=10, gmb=10),
+    (_ROT, "gss", 200): dict(lr=0.2, bs=128, mb=10, gmb=128), (_ROT, "gss", 500): dict(lr=0.2, bs=128, mb=128, gmb=128),
     (_ROT, "ce_finetune", 0): dict(lr=0.2, bs=128), (_ROT, "ce_joint", 0): dict(lr=0.2, bs=128),
     (_ROT, "agem", 200): dict(lr=0.1, bs=128, mb=128), (_ROT, "agem", 500): dict(lr=0.3, bs=128, mb=128),
     (_ROT, "gem", 200): dict(lr=0.01, bs=128, gamma=0.5), (_ROT, "gem", 500): dict(lr=0.01, bs=128, gamma=0.5),
@@ -79,6 +82,9 @@ PUBLISHED = {
     (_SEQ, "fdr", 200): {"class_il": (79.43, None), "task_il": (97.66, None)},
     (_SEQ, "fdr", 500): {"class_il": (85.87, None), "task_il": (97.54, None)},
     (_ROT, "fdr", 200): {"domain_il": (85.22, 3.35)}, (_ROT, "fdr", 500): {"domain_il": (89.67, 1.63)},
+    (_SEQ, "gss", 200): {"class_il": (38.90, None), "task_il": (95.02, None)},
+    (_SEQ, "gss", 500): {"class_il": (49.76, None), "task_il": (97.71, None)},
+    (_ROT, "gss", 200): {"domain_il": (79.50, 0.41)}, (_ROT, "gss", 500): {"domain_il": (81.58, 0.58)},
     (_ROT, "ce_finetune", 0): {"domain_il": (67.66, None)}, (_ROT, "ce_joint", 0): {"domain_il": (95.76, None)},
     (_ROT, "agem", 200): {"domain_il": (81.91, 0.76)}, (_ROT, "agem", 500): {"domain_il": (80.31, 6.29)},
     (_ROT, "gem", 200): {"domain_il": (80.80, 1.15)}, (_ROT, "gem", 500): {"domain_il": (81.15, 1.98)},
@@ -112,6 +118,7 @@ def config(bench: str, method: str, memory: int, seed: int):
       "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"],
       "method_args.minibatch_size": a.get("mb", 0), "method_args.alpha": a.get("alpha", 0.1),
       "method_args.beta": a.get("beta", 0.5), "method_args.gamma": a.get("gamma", 0.5),
+      "method_args.gss_minibatch_size": a.get("gmb", 0),
       "eval.raw_pixels": method == "ce_finetune"})
 
 

@@ -109,6 +109,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.method_args.alpha = 0.1          # DER, DER++: weight of the logit-matching term
   c.method_args.beta = 0.5           # DER++: weight of the second draw's cross-entropy
   c.method_args.gamma = 0.5          # GEM: the margin of its dual quadratic program
+  c.method_args.gss_minibatch_size = 0  # GSS: remembered samples its scores compare against; 0 = minibatch_size
 
   c.lasp = ml_collections.ConfigDict()
   c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined

@@ -248,3 +248,25 @@ def test_fdr_distance_and_its_memory_of_every_task_so_far(tmp_path):
   # capacity 40 after two tasks: 20 of each, the first task's cut to its first 20
   assert int(mem.seen) == 40 and np.bincount(mem.task).tolist() == [20, 20]
   assert np.abs(mem.logits).sum(1).min() > 0  # every row keeps the logits of the model it entered under
+
+
+def test_gss_scores_by_the_largest_cosine_and_keeps_a_sample_that_points_elsewhere():
+  from lasp_jax.method.gss import max_cosine, offer  # noqa: PLC0415
+  G = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+  assert float(max_cosine(jnp.array([2.0, 0.0]), G, jnp.array([True, True, True]))) == pytest.approx(2.0)
+  assert float(max_cosine(jnp.array([2.0, 0.0]), G, jnp.array([False, True, True]))) == pytest.approx(1.0)
+  rows = {k: jnp.arange(4, dtype=jnp.int32) for k in ("index", "domain", "label", "task")}
+  valid = jnp.ones(4, bool)
+
+  def run(batch_c, last_c):
+    buf, scores = offer(buffer.empty(3), jnp.zeros(3), jax.random.PRNGKey(0), rows, valid, batch_c,
+                        jnp.array([0.0, 0.0, 0.0, last_c]))
+    return np.asarray(buf.index).tolist(), np.asarray(scores).tolist(), int(buf.seen)
+
+  # While there is room every sample takes the next slot with the batch's score; then the fourth, its gradient
+  # against the memory's nearly opposite (score ~0), replaces a slot (probability s / (s + c) ~ 1) ...
+  idx, sc, seen = run(0.5, 1e-9)
+  assert seen == 4 and sorted(idx) != [0, 1, 2] and 3 in idx and sc[idx.index(3)] == pytest.approx(1e-9)
+  # ... one that points along it (score ~2, here 1e9) never does, nor any sample of a batch scored >= 1
+  assert run(0.5, 1e9)[:2] == ([0, 1, 2], [0.5, 0.5, 0.5])
+  assert run(1.5, 1e-9)[0] == [0, 1, 2]

@@ -37,6 +37,7 @@ class Settings:
   augment: bool          # random augmentation of the training views (else the test transform)
   num_tasks: int = 0     # GEM: one gradient constraint per task
   gamma: float = 0.5     # GEM: the margin of its dual (mammoth's --gamma)
+  gss_minibatch: int = 0  # GSS: remembered samples its gradient scores are against
 
 
 class Replay(NamedTuple):
@@ -72,7 +73,8 @@ class Classifier(Method):
     return Settings(method=self, num_classes=stream.num_classes, classes_per_task=stream.classes_per_task,
                     domain_tasks=stream.rotates, minibatch=a.minibatch_size or config.train.batch_size,
                     alpha=float(a.alpha), beta=float(a.beta), augment=bool(config.augment.train),
-                    num_tasks=stream.num_tasks, gamma=float(a.get("gamma", 0.5)))
+                    num_tasks=stream.num_tasks, gamma=float(a.get("gamma", 0.5)),
+                    gss_minibatch=a.get("gss_minibatch_size", 0) or a.minibatch_size or config.train.batch_size)
 
   def init_memory(self, config, stream):
     return buffer.empty(config.memory.size, stream.num_classes if self.keeps_logits else 0) if self.draws else {}

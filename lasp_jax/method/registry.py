@@ -26,9 +26,10 @@ METHODS: dict = {
     "gem": "gem:GEM",
     "icarl": "icarl:ICaRL",
     "fdr": "fdr:FDR",
+    "gss": "gss:GSS",
 }
 FAMILIES = {"contrastive": ("co2l", "sd", "gm", "sd_gm", "finetune", "joint"),
-            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl", "fdr")}
+            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl", "fdr", "gss")}
 # Each family's lower and upper bound (--baselines): the same network, schedule and read-out, no memory / every
 # task so far.
 BOUNDS = {"contrastive": ("finetune", "joint"), "cross-entropy": ("ce_finetune", "ce_joint")}

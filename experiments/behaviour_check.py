@@ -37,7 +37,7 @@ CASES = {
     "sd_resumed": {**TWO, "train.checkpoint_every_steps": 2},
     # the cross-entropy family under the DER paper's MNIST protocol (an MLP, one epoch, constant SGD)
     **{f"{m}_der": {**TWO, **DER, "method": m} for m in ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem",
-                                                         "gem", "icarl", "fdr", "gss")},
+                                                         "gem", "icarl", "fdr", "gss", "hal")},
     "derpp_vmapped_seeds": {**TWO, **DER, "method": "derpp", "num_seeds": 2, "seeds_mode": "vmap"},
     "er_resumed": {**TWO, **DER, "method": "er", "train.checkpoint_every_steps": 4, "train.steps_per_call": 4},
 }

@@ -33,7 +33,7 @@ FLAGS = flags.FLAGS
 BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": ("rot_mnist", ("domain_il",))}
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
 METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR",
-           "gss": "GSS"}
+           "gss": "GSS", "hal": "HAL"}
 MEMORIES = (200, 500)
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory
@@ -53,6 +53,10 @@ BEST_ARGS = {
     (_ROT, "fdr", 200): dict(lr=0.2, bs=128, mb=128), (_ROT, "fdr", 500): dict(lr=0.2, bs=128, mb=128),
     (_SEQ, "gss", 200): dict(lr=0.1, bs=128, mb=10, gmb=10), (_SEQ, "gss", 500): dict(lr=0.1, bs=128, mb=10, gmb=10),
     (_ROT, "gss", 200): dict(lr=0.2, bs=128, mb=10, gmb=128), (_ROT, "gss", 500): dict(lr=0.2, bs=128, mb=128, gmb=128),
+    (_SEQ, "hal", 200): dict(lr=0.1, bs=128, mb=128, hal=0.1, beta=0.7, gamma=0.5),
+    (_SEQ, "hal", 500): dict(lr=0.1, bs=128, mb=128, hal=0.1, beta=0.2, gamma=0.5),
+    (_ROT, "hal", 200): dict(lr=0.1, bs=128, mb=128, hal=0.2, beta=0.5, gamma=0.1),
+    (_ROT, "hal", 500): dict(lr=0.1, bs=128, mb=128, hal=0.1, beta=0.5, gamma=0.1),
     (_ROT, "ce_finetune", 0): dict(lr=0.2, bs=128), (_ROT, "ce_joint", 0): dict(lr=0.2, bs=128),
     (_ROT, "agem", 200): dict(lr=0.1, bs=128, mb=128), (_ROT, "agem", 500): dict(lr=0.3, bs=128, mb=128),
     (_ROT, "gem", 200): dict(lr=0.01, bs=128, gamma=0.5), (_ROT, "gem", 500): dict(lr=0.01, bs=128, gamma=0.5),
@@ -85,6 +89,9 @@ PUBLISHED = {
     (_SEQ, "gss", 200): {"class_il": (38.90, None), "task_il": (95.02, None)},
     (_SEQ, "gss", 500): {"class_il": (49.76, None), "task_il": (97.71, None)},
     (_ROT, "gss", 200): {"domain_il": (79.50, 0.41)}, (_ROT, "gss", 500): {"domain_il": (81.58, 0.58)},
+    (_SEQ, "hal", 200): {"class_il": (84.70, None), "task_il": (97.96, None)},
+    (_SEQ, "hal", 500): {"class_il": (87.21, None), "task_il": (98.03, None)},
+    (_ROT, "hal", 200): {"domain_il": (84.02, 0.98)}, (_ROT, "hal", 500): {"domain_il": (85.00, 0.96)},
     (_ROT, "ce_finetune", 0): {"domain_il": (67.66, None)}, (_ROT, "ce_joint", 0): {"domain_il": (95.76, None)},
     (_ROT, "agem", 200): {"domain_il": (81.91, 0.76)}, (_ROT, "agem", 500): {"domain_il": (80.31, 6.29)},
     (_ROT, "gem", 200): {"domain_il": (80.80, 1.15)}, (_ROT, "gem", 500): {"domain_il": (81.15, 1.98)},
@@ -118,7 +125,7 @@ def config(bench: str, method: str, memory: int, seed: int):
       "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"],
       "method_args.minibatch_size": a.get("mb", 0), "method_args.alpha": a.get("alpha", 0.1),
       "method_args.beta": a.get("beta", 0.5), "method_args.gamma": a.get("gamma", 0.5),
-      "method_args.gss_minibatch_size": a.get("gmb", 0),
+      "method_args.gss_minibatch_size": a.get("gmb", 0), "method_args.hal_lambda": a.get("hal", 0.1),
       "eval.raw_pixels": method == "ce_finetune"})
 
 

@@ -270,3 +270,17 @@ def test_gss_scores_by_the_largest_cosine_and_keeps_a_sample_that_points_elsewhe
   # ... one that points along it (score ~2, here 1e9) never does, nor any sample of a batch scored >= 1
   assert run(0.5, 1e9)[:2] == ([0, 1, 2], [0.5, 0.5, 0.5])
   assert run(1.5, 1e-9)[0] == [0, 1, 2]
+
+
+def test_hal_rings_each_tasks_portion_first_in_first_out_and_keeps_an_anchor_per_class(tmp_path):
+  from lasp_jax.method.hal import ring_slots  # noqa: PLC0415
+  # portion 3 of task 1 (slots 3-5), 2 seen: rows go to 5, 3, 4, 5 -> the first 5 is written over (a sentinel)
+  slot = np.asarray(ring_slots(jnp.int32(2), jnp.array([True, True, False, True, True]), 3, jnp.int32(1)))
+  assert slot[1:].tolist()[:1] == [3] and slot[3] == 4 and slot[4] == 5 and slot[0] > 5 and slot[2] > 5  # 2: padding
+  ctx, carry = train.start(der_protocol(method="hal", **{"data.num_tasks": 5}), tmp_path / "hal")
+  train.run_task(ctx, carry, 0)
+  mem = jax.tree.map(np.asarray, carry.state.memory)
+  # an anchor per class of task 0, a full portion (40 // 5) of task 0's digits, phi restarted, task 1 next
+  assert int(mem["num_anchors"]) == 2 and sorted(mem["anchor_labels"][:2].tolist()) == [0, 1]
+  assert int(mem["buffer"].seen) == 8 and set(mem["buffer"].label[:8].tolist()) <= {0, 1}
+  assert int(mem["task"]) == 1 and not mem["phi"].any() and np.isfinite(mem["anchors"][:2]).all()

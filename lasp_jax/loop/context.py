@@ -157,7 +157,8 @@ def fresh(ctx: Context) -> Carry:
   c = ctx.config
   sample_shape = (2,) + tuple(ctx.dataset.train_images.shape[1:])
   state = create_train_state(ctx.model, ctx.tx, sample_shape, c.seed)
-  state = jax.device_put(state.replace(memory=ctx.method.init_memory(c, ctx.stream)), ctx.replicated)
+  memory = ctx.method.init_memory(c, ctx.stream, model=ctx.model, image_shape=sample_shape[1:])
+  state = jax.device_put(state.replace(memory=memory), ctx.replicated)
   rs = RunState.fresh(ctx.stream, c.model.embedding_dim)
   return Carry(rs=rs, state=state, past=None, data=slot_data(ctx, rs))
 

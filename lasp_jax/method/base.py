@@ -127,9 +127,10 @@ class Method:
     """One step's gradients, statistics, memory and metrics (traced inside the compiled step)."""
     raise NotImplementedError
 
-  def init_memory(self, config, stream) -> Any:
-    """The method's device memory before the first step (a pytree; {}: none)."""
-    del config, stream
+  def init_memory(self, config, stream, *, model=None, image_shape=()) -> Any:
+    """The method's device memory before the first step (a pytree; {}: none). ``model``, ``image_shape``: the run's
+    network and one training image's shape, for a memory of features or of images of its own."""
+    del config, stream, model, image_shape
     return {}
 
   def at_boundary(self, rs, state, past, look, *, task: int):

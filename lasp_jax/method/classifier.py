@@ -38,6 +38,7 @@ class Settings:
   num_tasks: int = 0     # GEM: one gradient constraint per task
   gamma: float = 0.5     # GEM: the margin of its dual (mammoth's --gamma)
   gss_minibatch: int = 0  # GSS: remembered samples its gradient scores are against
+  hal_lambda: float = 0.1  # HAL: the weight of its anchors' drift
 
 
 class Replay(NamedTuple):
@@ -74,9 +75,10 @@ class Classifier(Method):
                     domain_tasks=stream.rotates, minibatch=a.minibatch_size or config.train.batch_size,
                     alpha=float(a.alpha), beta=float(a.beta), augment=bool(config.augment.train),
                     num_tasks=stream.num_tasks, gamma=float(a.get("gamma", 0.5)),
-                    gss_minibatch=a.get("gss_minibatch_size", 0) or a.minibatch_size or config.train.batch_size)
+                    gss_minibatch=a.get("gss_minibatch_size", 0) or a.minibatch_size or config.train.batch_size,
+                    hal_lambda=float(a.get("hal_lambda", 0.1)))
 
-  def init_memory(self, config, stream):
+  def init_memory(self, config, stream, **_):
     return buffer.empty(config.memory.size, stream.num_classes if self.keeps_logits else 0) if self.draws else {}
 
   def readout(self, config) -> str:

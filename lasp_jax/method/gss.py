@@ -55,7 +55,7 @@ def offer(buf: buffer.Buffer, scores, key, rows: dict, valid, batch_c, single_c)
 
 
 class GSS(ER):
-  def init_memory(self, config, stream):
+  def init_memory(self, config, stream, **_):
     return {"buffer": buffer.empty(config.memory.size), "scores": jnp.zeros(config.memory.size, jnp.float32)}
 
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:

@@ -27,9 +27,11 @@ METHODS: dict = {
     "icarl": "icarl:ICaRL",
     "fdr": "fdr:FDR",
     "gss": "gss:GSS",
+    "hal": "hal:HAL",
 }
 FAMILIES = {"contrastive": ("co2l", "sd", "gm", "sd_gm", "finetune", "joint"),
-            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl", "fdr", "gss")}
+            "cross-entropy": ("ce_finetune", "ce_joint", "er", "der", "derpp", "agem", "gem", "icarl", "fdr", "gss",
+                              "hal")}
 # Each family's lower and upper bound (--baselines): the same network, schedule and read-out, no memory / every
 # task so far.
 BOUNDS = {"contrastive": ("finetune", "joint"), "cross-entropy": ("ce_finetune", "ce_joint")}

@@ -246,7 +246,7 @@ def figure(rows, path, paper: dict) -> None:
   fig.text(0.01, 0.005, f"python -m experiments.equal_heads · {cpus} · runs of {commits} · drawn "
                         f"{datetime.date.today().isoformat()}", fontsize=6, color="grey")
   fig.tight_layout(rect=(0, 0.02, 1, 1))
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
   plt.close(fig)
 
 
@@ -309,7 +309,7 @@ def curve(rows, path, paper: dict) -> None:
   cells = curve_cells(rows)
   if not cells:
     return
-  fig, ax = plt.subplots(figsize=(8, 5))
+  fig, ax = plt.subplots(figsize=(12.5, 5))  # the legend goes to its right
   for (label, head), pts in sorted(cells.items(), key=lambda kv: (MAIN.index(kv[0][0]), kv[0][1])):
     color, style = f"C{MAIN.index(label)}", "-" if head == "centred" else "--"
     digits, means, stds, runs, flagged = (np.array(col) for col in zip(*pts))
@@ -335,14 +335,14 @@ def curve(rows, path, paper: dict) -> None:
          ylabel="Domain-IL per-angle accuracy (%)",
          title="Rotated MNIST: mean ± std over seeds; hollow: the cell holds flagged runs (†k/n, included)")
   ax.title.set_fontsize(9)
-  ax.legend(fontsize=6.5, loc="lower right", ncol=2)
+  ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: no marker hidden
   domain = [r for r in rows if r["point"].startswith("d")]
   commits = ", ".join(sorted({r["commit"] for r in domain if r["commit"]}))
   cpus = "; ".join(sorted({r["cpu"] for r in domain if r.get("cpu")}))
   fig.text(0.01, 0.005, f"python -m experiments.equal_heads · {cpus} · runs of {commits} · drawn "
                         f"{datetime.date.today().isoformat()}", fontsize=6, color="grey")
   fig.tight_layout(rect=(0, 0.02, 1, 1))
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, bbox_inches="tight")
   plt.close(fig)
 
 

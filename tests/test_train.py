@@ -438,12 +438,13 @@ def test_a_run_with_tail_steps_interrupted_mid_epoch_resumes_exactly(tmp_path, m
 def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():
   """A mid-epoch checkpoint of older code holds (loss, supcon, ird, num_valid) rows, or those with z_norm and
   grad_norm: the columns it lacks are NaN, the others keep their names."""
-  old = steps.step_metrics([[1.0, 2.0, 3.0, 64.0]])
+  old = steps.step_metrics([[1.0, 2.0, 3.0, 64.0]], steps.METRICS)
   np.testing.assert_array_equal(old, [[1.0, 2.0, 3.0, np.nan, np.nan, np.nan, 64.0]])
-  six = steps.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]])
+  six = steps.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]], steps.METRICS)
   np.testing.assert_array_equal(six, [[1.0, 2.0, 3.0, 0.75, np.nan, 0.5, 64.0]])
-  assert steps.step_metrics([]).shape == (0, len(steps.METRICS))
-  np.testing.assert_array_equal(steps.step_metrics(np.arange(14.0).reshape(2, 7)), np.arange(14.0).reshape(2, 7))
+  assert steps.step_metrics([], steps.METRICS).shape == (0, len(steps.METRICS))
+  np.testing.assert_array_equal(steps.step_metrics(np.arange(14.0).reshape(2, 7), steps.METRICS),
+                                np.arange(14.0).reshape(2, 7))
 
 
 def _corrupt(step_dir):

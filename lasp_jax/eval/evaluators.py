@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lasp_jax.eval import probe
-from lasp_jax.method import pools
+from lasp_jax.method import buffer, pools
 from lasp_jax.model import models
 from lasp_jax.platform.numerics import l2_normalize
 
@@ -109,7 +109,7 @@ def nme_readout(x: Inputs, t: int, pd: probe.ProbeData) -> probe.ProbeResult:
   a test row's logits are minus its distances to them (an unseen class: no mean, never chosen)."""
   del t
   mem = x.method_memory
-  n = int(mem.seen) if int(mem.seen) < len(mem.index) else len(mem.index)
+  n = int(buffer.filled(mem))
   feats = l2_normalize(probe.extract_features(x.model, x.variables, x.data, np.asarray(mem.index)[:n],
                                               np.asarray(mem.domain)[:n], x.aug_cfg))
   labels = jnp.asarray(np.asarray(mem.label)[:n])

@@ -90,7 +90,7 @@ class OneRun:
     """Nothing to do: the state is the run's own."""
 
 
-def check_finite(outs, t: int, e: int, where, names: tuple = steps.METRICS):
+def check_finite(outs, t: int, e: int, where, names: tuple):
   """All step metrics of the epoch so far (columns ``names``); NonFiniteLoss (a TrainingError) at the first
   non-finite loss (``where()``: the last good checkpoint, asked for only then)."""
   m = np.concatenate([steps.step_metrics(o, names) for o in outs])

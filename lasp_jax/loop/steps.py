@@ -155,7 +155,7 @@ _OLD_METRICS = {4: ("loss", "supcon", "ird", "num_valid"),
                 6: ("loss", "supcon", "ird", "z_norm", "grad_norm", "num_valid")}
 
 
-def step_metrics(rows, names: tuple = METRICS) -> np.ndarray:
+def step_metrics(rows, names: tuple) -> np.ndarray:
   """Step metrics as a (steps, len(names)) array; a column an older checkpoint lacks is NaN."""
   a = np.asarray(rows, np.float32)
   width = a.shape[-1] if a.size else len(names)
@@ -167,7 +167,7 @@ def step_metrics(rows, names: tuple = METRICS) -> np.ndarray:
   return a.reshape(-1, len(names))
 
 
-def describe_step(m: np.ndarray, i: int, names: tuple = METRICS) -> str:
+def describe_step(m: np.ndarray, i: int, names: tuple) -> str:
   """Step i's losses and norms, for an error message."""
   row = dict(zip(names, m[i]))
   return ", ".join(f"{k} {v:.4g}" for k, v in row.items() if k not in ("loss", "num_valid"))

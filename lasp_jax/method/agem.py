@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from lasp_jax.method.base import Observation
 from lasp_jax.method.classifier import Classifier
 
-
-def tree_vdot(a, b):
-  return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+tree_vdot = optax.tree.vdot
 
 
 def agem_project(g, g_ref):

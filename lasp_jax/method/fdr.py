@@ -56,7 +56,7 @@ class FDR(Classifier):
     del past
     mem, cap = jax.tree.map(np.asarray, state.memory), task.config.memory.size
     quota = cap // (task.task + 1)
-    n = int(min(mem.seen, cap))
+    n = int(buffer.filled(state.memory))
     keep = np.concatenate([np.flatnonzero(mem.task[:n] == j)[:quota] for j in range(task.task)] or
                           [np.zeros(0, np.int64)]).astype(np.int64)
     pick = np.random.default_rng([task.config.seed, task.task, 0xFD7]).choice(

@@ -25,6 +25,7 @@ import optax
 from lasp_jax.data import augment
 from lasp_jax.method import buffer
 from lasp_jax.method.base import Observation, embedding_stats, forward
+from lasp_jax.method.classifier import cross_entropy, mean
 from lasp_jax.method.er import ER
 from lasp_jax.model.models import feature_dim
 
@@ -33,7 +34,8 @@ ANCHOR_STEPS = 100
 
 def ring_slots(seen, valid, portion: int, task):
   """The slot of each row of a batch in the current task's portion of a ring buffer, first-in first-out; where a
-  batch wraps the portion, the later row keeps the slot (capacity + 1 marks a row written over)."""
+  batch wraps the portion, the later row keeps the slot (int32's largest value marks a row written over or padding:
+  a write there is dropped)."""
   valid = valid.astype(jnp.int32)
   n = seen + jnp.cumsum(valid) - valid
   slot = task * portion + n % portion
@@ -51,7 +53,7 @@ class HAL(ER):
     anchors = stream.num_tasks * stream.classes_per_task
     return {"buffer": buffer.empty(config.memory.size), "seen": jnp.zeros((), jnp.int32),
             "task": jnp.zeros((), jnp.int32), "anchors": jnp.zeros((anchors, *image_shape), jnp.float32),
-            "anchor_labels": jnp.zeros(anchors, jnp.int32), "num_anchors": jnp.zeros((), jnp.int32),
+            "num_anchors": jnp.zeros((), jnp.int32),
             "phi": jnp.zeros(feature_dim(model), jnp.float32)}
 
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:
@@ -99,15 +101,13 @@ class HAL(ER):
     del past
     mem, c = state.memory, task.config
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xA4C + task.task)
-    classes = np.unique(np.asarray(task.labels)) if task.config.data.scenario == "class" else np.arange(
-        mem["anchors"].shape[0] // task.num_tasks)
+    classes = np.unique(np.asarray(task.labels))  # a Split task's classes; every digit of a domain
     anchors = _anchors(state.params, state.batch_stats, mem["buffer"], task.data, key, jnp.asarray(classes),
                        model=task.model, aug_cfg=task.aug_cfg, lr=float(c.train.lr), batch=int(c.train.batch_size),
                        gamma=float(c.method_args.gamma), shape=tuple(mem["anchors"].shape[1:]), phi=mem["phi"])
     n = int(mem["num_anchors"])
     rows = jnp.arange(len(classes)) + n
     memory = {**mem, "anchors": mem["anchors"].at[rows].set(anchors),
-              "anchor_labels": mem["anchor_labels"].at[rows].set(jnp.asarray(classes, jnp.int32)),
               "num_anchors": jnp.asarray(n + len(classes), jnp.int32), "task": mem["task"] + 1,
               "seen": jnp.zeros((), jnp.int32), "phi": jnp.zeros_like(mem["phi"])}
     return state.replace(memory=memory)
@@ -123,8 +123,7 @@ def _anchors(params, batch_stats, buf, data, key, classes, phi, *, model, aug_cf
 
   def memory_loss(p):
     (_, logits), _ = forward(model, variables(p), images, train=False)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, buf.label[slots])
-    return jnp.sum(valid * ce) / jnp.maximum(jnp.sum(valid), 1)
+    return mean(*cross_entropy(logits, buf.label[slots], valid))
 
   future = jax.tree.map(lambda p, g: p - lr * g, params, jax.grad(memory_loss)(params))
 

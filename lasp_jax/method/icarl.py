@@ -4,8 +4,9 @@ model's outputs, a nearest-mean-of-exemplars read-out.
 * Memory: after each task, capacity // seen classes exemplars per class. A new class's are chosen by herding on the
   L2-normalized features (each pick the sample that brings the exemplars' mean closest to the class mean); an older
   class keeps the first of its own (herding's order is its priority). The exemplars join the next task's pool.
-* Loss: binary cross-entropy with logits over the classes seen so far; the targets are one-hot, but for the classes
-  of earlier tasks the past model's sigmoid outputs (its distillation), as the paper states.
+* Loss: binary cross-entropy with logits over the classes seen so far (its mean over rows and classes); the targets
+  are one-hot, but for the classes of earlier tasks the past model's sigmoid outputs (its distillation), as the paper
+  states. The current task is the batch's highest current label's (a batch holds current rows but in rare cases).
 * Read-out (``nme``): the class means of the exemplars' normalized features (renormalized); a test image goes to the
   nearest one. Features are the encoder's (no flipped copies: digits).
 """
@@ -73,7 +74,7 @@ class ICaRL(Classifier):
       targets = jnp.where(past[None, :], jax.nn.sigmoid(old), targets)
     per = optax.sigmoid_binary_cross_entropy(logits, jax.lax.stop_gradient(targets))
     w = s.batch.valid.astype(jnp.float32)[:, None] * seen[None, :]
-    bce = jnp.sum(w * per) / jnp.maximum(jnp.sum(s.batch.valid), 1.0)
+    bce = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1.0)  # the mean over rows and seen classes, as mammoth's
     return bce, (feats, stats)
 
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:

@@ -89,12 +89,13 @@ def _check_combinations(c) -> None:
   sources_ok = choices.DATA_SOURCES.get(c.dataset, (c.data.source,))
   _fail(c.data.source not in sources_ok, f"data.source {c.data.source!r} does not apply to dataset {c.dataset!r}; "
                                          f"expected one of {list(sources_ok)}")
-  _fail(c.boundaries == "detected" and method(c).cumulative,
+  traits = registry.traits(c.method)
+  _fail(c.boundaries == "detected" and traits["cumulative"],
         f"method {c.method!r} trains on every earlier task's data: it needs boundaries='given'")
-  _fail(c.data.scenario not in method(c).scenarios,
-        f"method {c.method!r} is defined for data.scenario {' or '.join(method(c).scenarios)}, not "
+  _fail(c.data.scenario not in traits["scenarios"],
+        f"method {c.method!r} is defined for data.scenario {' or '.join(traits['scenarios'])}, not "
         f"{c.data.scenario!r}")
-  _fail(c.boundaries == "detected" and method(c).task_ends,
+  _fail(c.boundaries == "detected" and traits["task_ends"],
         f"method {c.method!r} writes its memory where each task ends: it needs boundaries='given'")
   _fail(c.boundaries == "detected" and c.num_seeds > 1 and c.seeds_mode == "vmap",
         "boundaries='detected' with seeds_mode='vmap': the seeds' boundaries need not coincide; "
@@ -105,7 +106,7 @@ def _check_combinations(c) -> None:
         "train.tail_multiple needs model.bn_groups=1: a narrower step would group its BatchNorm rows differently")
   angles = len(c.data.rotation_angles or ())
   _fail(angles and angles != c.data.num_tasks, f"data.rotation_angles has {angles} angles for {c.data.num_tasks} tasks")
-  _fail(c.memory.size == 0 and c.lasp.srs_data == "onlypast" and method(c).looks_ahead,
+  _fail(c.memory.size == 0 and c.lasp.srs_data == "onlypast" and traits["looks_ahead"],
         "lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0: nothing to search")
 
 
@@ -143,7 +144,7 @@ def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   override(c, **PRESETS[preset])
   if preset == "published":
     # The published commands' look-ahead data: R-MNIST SD searched on --onlypast, everything else on --onlycurrent.
-    c.lasp.srs_data = method(c).published_srs_data.get(c.data.scenario, "onlycurrent")
+    c.lasp.srs_data = registry.traits(c.method)["published_srs_data"].get(c.data.scenario, "onlycurrent")
   if c.model.embedding_dim == 0:
     sizes = PUBLISHED_EMBEDDING_DIM.get(c.dataset, {})
     c.model.embedding_dim = sizes.get(c.method, sizes.get("default", 128))

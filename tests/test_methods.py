@@ -1,5 +1,7 @@
 """A method is one object: its rules, and that a new one is one class and one registry line."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,21 @@ def test_a_method_with_its_own_boundary_behaviour_needs_no_other_module(tmp_path
   # The salience of task 1's boundary (an odd task) is the one the optimizer holds: task 2's was not taken.
   first, second = (b["gamma_by_layer"] for b in results["boundaries"])
   assert held == first and held != second
+
+
+def test_the_registrys_traits_are_each_methods_own():
+  """The config check reads registry.traits (no jax); every method's class says the same."""
+  for name in registry.METHODS:
+    method = registry.get(name)
+    assert registry.traits(name) == {k: getattr(method, k) for k in registry.DEFAULT_TRAITS}, name
+
+
+def test_a_valid_config_is_checked_without_loading_jax():
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+  script = ("import sys\nfrom configs import seq_mnist\nfrom lasp_jax import config_lib\n"
+            "c = config_lib.override(seq_mnist.get_config(), method='icarl')\n"
+            "config_lib.validate(config_lib.resolved(c))\nprint('jax' in sys.modules)\n")
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                       cwd=pathlib.Path(__file__).resolve().parents[1])
+  assert out.stdout.split() == ["False"], out.stderr

@@ -42,7 +42,27 @@ def bounds(name: str) -> tuple:
   """The bounds of the family a method belongs to (a method registered only by a test: the contrastive ones)."""
   return next((BOUNDS[f] for f, names in FAMILIES.items() if name in names), BASELINES)
 
+# What the config check asks of a method before jax loads (its class says the same: tests/test_methods.py holds
+# them equal), where it differs from DEFAULT_TRAITS.
+DEFAULT_TRAITS = {"cumulative": False, "task_ends": False, "looks_ahead": False, "scenarios": ("class", "domain"),
+                  "published_srs_data": {}}
+TRAITS = {
+    "sd": {"looks_ahead": True, "published_srs_data": {"domain": "onlypast"}},
+    "gm": {"looks_ahead": True}, "sd_gm": {"looks_ahead": True},
+    "joint": {"cumulative": True}, "ce_joint": {"cumulative": True},
+    "agem": {"task_ends": True}, "gem": {"task_ends": True}, "fdr": {"task_ends": True}, "hal": {"task_ends": True},
+    "icarl": {"task_ends": True, "scenarios": ("class",)},
+}
+
 _LOADED: dict = {}
+
+
+def traits(name: str) -> dict:
+  """The config check's view of a method, without importing it (a test's own method object: read from it)."""
+  entry = METHODS[name]
+  if not isinstance(entry, str):
+    return {k: getattr(entry, k) for k in DEFAULT_TRAITS}
+  return {**DEFAULT_TRAITS, **TRAITS.get(name, {})}
 
 
 def get(name: str):

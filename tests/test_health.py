@@ -109,6 +109,13 @@ def test_task_checks_fire_on_constructed_cases():
   assert not health.diverging(task=4, z_norms=[0.75, 0.87, 1.04, 1.09, 1.18, 1.26, 1.59])
   assert health.diverging(task=1, z_norms=[0.68, 0.62, 15.6])
   assert health.diverging(task=1, z_norms=[float("nan"), 0.7, 3.9e15])
+  # A classifier's features grow from their initial norm as they form (ER at d600: 1.22 -> 26.4 within task 0,
+  # its cross-entropy 2.31 -> 0.70): not asked of a method whose loss does not reward embedding scale.
+  er = [{"task": 0, "epoch": 1, "loss": 2.31, "z_norm": 1.22}, {"task": 0, "epoch": 2, "loss": 0.70, "z_norm": 26.4}]
+  assert [f.check for f in health.task_flags(0, er)] == ["diverging"]
+  assert health.task_flags(0, er, norm_diverges=False) == []
+  assert health.recheck({"method": "er", "curves": er}) == []
+  assert [f.check for f in health.recheck({"method": "co2l", "curves": er})] == ["diverging"]
   assert health.mask_degenerate(task=2, selected_dims=1) and health.mask_degenerate(task=2, selected_dims=0)
   assert not health.mask_degenerate(task=2, selected_dims=2)
   assert health.lr_frozen(task=1, lrs=[1e-4] * 3, floor=1e-4) and not health.lr_frozen(task=1, lrs=[0.1, 1e-4],

@@ -170,7 +170,8 @@ def epoch_flags(task: int, row: dict, first: Optional[dict] = None) -> list[Flag
 
 
 def task_flags(task: int, curves: Sequence[dict], *, lrs=None, floor: float = 0.0,
-               boundaries: Sequence[dict] = (), selective: bool = False, cumulative: bool = False) -> list[Flag]:
+               boundaries: Sequence[dict] = (), selective: bool = False, cumulative: bool = False,
+               norm_diverges: bool = True) -> list[Flag]:
   """Every check on task ``task``: its last epoch, its loss over the task, the run's norms so far, its boundaries.
 
   ``curves``: the run's curve rows so far (task ``task``'s last); ``lrs``: the task's per-step learning rates;
@@ -179,13 +180,15 @@ def task_flags(task: int, curves: Sequence[dict], *, lrs=None, floor: float = 0.
   fit already, drawn anew each epoch: the new task's share of the fall (1/(t+1) of it) is below the noise of an
   epoch's mean (joint at d600: its task 13 of 20 ends 0.7 % above where it began while its loss over the run falls
   from 9.5 to 4.6), so whether its loss falls is asked of task 0 only; the other checks hold for every task.
+  ``norm_diverges``: the method's loss rewards embedding scale (the contrastive family): its norm's growth is asked.
   """
   own = [c for c in curves if c["task"] == task]
   found = epoch_flags(task, own[-1], own[0]) if own else []
   if not cumulative or task == 0:
     found.append(loss_not_falling(task=task, epoch_losses=[c["loss"] for c in own]))
-  found += [grad_vanished(task=task, grad_norms=[c.get("grad_norm", math.nan) for c in curves]),
-            diverging(task=task, z_norms=[c.get("z_norm", math.nan) for c in curves])]
+  found.append(grad_vanished(task=task, grad_norms=[c.get("grad_norm", math.nan) for c in curves]))
+  if norm_diverges:
+    found.append(diverging(task=task, z_norms=[c.get("z_norm", math.nan) for c in curves]))
   if lrs is not None:
     found.append(lr_frozen(task=task, lrs=lrs, floor=floor))
   if selective:
@@ -198,14 +201,14 @@ def recheck(results: dict) -> list[Flag]:
   """The flags today's checks raise on a finished run's results.json (its curves, learning rates and boundary
   records): how a shipped run's flags read under the current checks."""
   curves, flags = results.get("curves", []), []
-  from lasp_jax.method import registry  # noqa: PLC0415  (a method's module imports jax; health need not)
+  from lasp_jax.method import registry  # noqa: PLC0415  (health is below method; the registry imports no jax)
   name = results.get("method")
-  method = registry.get(name) if name in registry.METHODS else None
+  traits = registry.traits(name) if name in registry.METHODS else registry.DEFAULT_TRAITS
   for t in sorted({c["task"] for c in curves}):
     upto = [c for c in curves if c["task"] <= t]
     flags += task_flags(t, upto,  # lr_frozen needs the config's floor: not rechecked
                         boundaries=[b for b in results.get("boundaries", []) if b.get("task") == t],
-                        selective=bool(method and method.selective), cumulative=bool(method and method.cumulative))
+                        **{k: traits[k] for k in ("selective", "cumulative", "norm_diverges")})
   return flags
 
 

@@ -105,6 +105,10 @@ class Method:
   cumulative: ClassVar[bool] = False  # trains on every earlier task's data: needs given boundaries
   ird_weight: ClassVar[float] = 0.0   # the contrastive family's distillation weight (its published value)
   selective: ClassVar[bool] = False   # distils a searched subset of embedding dims (health: a degenerate mask)
+  # Its loss rewards embedding scale without bound (SupCon on unnormalized embeddings), so health flags an embedding
+  # norm far above the first epoch's. A classifier's features grow from their initial norm as they form (ER at d600:
+  # 1.2 to 26 within task 0, then steady) and are not asked.
+  norm_diverges: ClassVar[bool] = True
   modulates: ClassVar[bool] = False
   looks_ahead: ClassVar[bool] = False  # a boundary runs the look-ahead (mask search, EB)
   task_ends: ClassVar[bool] = False   # needs to know where each task ends (end_task): given boundaries only

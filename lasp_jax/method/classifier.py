@@ -63,6 +63,7 @@ class Classifier(Method):
   """The family's lower bound: cross-entropy on each task alone, no memory (mammoth's SGD)."""
   family = "cross-entropy"
   head = "classifier"
+  norm_diverges = False
   metrics = ("loss", "ce", "z_norm", "z_var")
   draws = 0             # independent memory draws a step takes
   keeps_logits = False  # memory rows keep the logits the model gave them at insertion

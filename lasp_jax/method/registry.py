@@ -45,10 +45,11 @@ def bounds(name: str) -> tuple:
 # What the config check asks of a method before jax loads (its class says the same: tests/test_methods.py holds
 # them equal), where it differs from DEFAULT_TRAITS.
 DEFAULT_TRAITS = {"cumulative": False, "task_ends": False, "looks_ahead": False, "scenarios": ("class", "domain"),
-                  "published_srs_data": {}}
+                  "published_srs_data": {}, "selective": False, "norm_diverges": True}
+FAMILY_TRAITS = {"cross-entropy": {"norm_diverges": False}}
 TRAITS = {
-    "sd": {"looks_ahead": True, "published_srs_data": {"domain": "onlypast"}},
-    "gm": {"looks_ahead": True}, "sd_gm": {"looks_ahead": True},
+    "sd": {"looks_ahead": True, "selective": True, "published_srs_data": {"domain": "onlypast"}},
+    "gm": {"looks_ahead": True}, "sd_gm": {"looks_ahead": True, "selective": True},
     "joint": {"cumulative": True}, "ce_joint": {"cumulative": True},
     "agem": {"task_ends": True}, "gem": {"task_ends": True}, "fdr": {"task_ends": True}, "hal": {"task_ends": True},
     "icarl": {"task_ends": True, "scenarios": ("class",)},
@@ -58,11 +59,13 @@ _LOADED: dict = {}
 
 
 def traits(name: str) -> dict:
-  """The config check's view of a method, without importing it (a test's own method object: read from it)."""
+  """The config check's and health's view of a method, without importing it (a test's own method object: read
+  from it)."""
   entry = METHODS[name]
   if not isinstance(entry, str):
     return {k: getattr(entry, k) for k in DEFAULT_TRAITS}
-  return {**DEFAULT_TRAITS, **TRAITS.get(name, {})}
+  family = next((f for f, names in FAMILIES.items() if name in names), None)
+  return {**DEFAULT_TRAITS, **FAMILY_TRAITS.get(family, {}), **TRAITS.get(name, {})}
 
 
 def get(name: str):

@@ -29,9 +29,6 @@ from lasp_jax import errors, train
 from lasp_jax.eval import evaluators, probe
 from lasp_jax.platform import xla_cache
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration.", lock_config=True)
-_OUT = flags.DEFINE_string("out", "", "Write the report as JSON here too.")
-
 
 def readouts(ctx, carry, t: int, variables) -> dict:
   """{readout: {metric: overall accuracy}} on task t's probe data for these encoder variables."""
@@ -43,10 +40,16 @@ def readouts(ctx, carry, t: int, variables) -> dict:
   return out
 
 
+def define_flags() -> None:
+  """The command's flags (defined only when it runs: tests import this module beside others)."""
+  config_flags.DEFINE_config_file("config", None, "Run configuration.", lock_config=True)
+  flags.DEFINE_string("out", "", "Write the report as JSON here too.")
+
+
 def main(argv):
   del argv
   xla_cache.enable("~/.cache/lasp_jax/xla")
-  config = _CONFIG.value
+  config = flags.FLAGS.config
   config.progress = False
   ctx, carry = train.start(config, tempfile.mkdtemp(prefix="diagnose_"))
   initial = jax.tree.map(lambda x: x.copy(), carry.state.variables())
@@ -75,11 +78,12 @@ def main(argv):
         f"lbfgs_pixels {r(rows[-1]['lbfgs_pixels'])}  untrained lbfgs {r(untrained['lbfgs_encoder'])}  "
         f"per-task loss first->last {[(round(x['loss_first'], 2), round(x['loss_last'], 2)) for x in rows]}  "
         f"{res['wall_time_s']:.0f} s")
-  if _OUT.value:
-    with open(_OUT.value, "w") as f:
+  if flags.FLAGS.out:
+    with open(flags.FLAGS.out, "w") as f:
       f.write(text)
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config"])
   errors.run_app(main)

@@ -24,8 +24,6 @@ from lasp_jax import config_lib, errors, train
 from lasp_jax.eval import baselines, evaluators
 from lasp_jax.loop import boundary, epochs
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
-
 
 def raw_pixels(config) -> dict:
   """{"raw_pixels": accuracy per metric} of ``config``'s final probe data."""
@@ -40,15 +38,21 @@ def raw_pixels(config) -> dict:
     return {"raw_pixels": evaluators.raw_pixels(inputs, last, evaluators.probe_data(inputs, last))}
 
 
+def define_flags() -> None:
+  """The command's flags (defined only when it runs: tests import this module beside others)."""
+  config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
-  config = _CONFIG.value
+  config = flags.FLAGS.config
   pixels = raw_pixels(config)  # a bad config value or missing data (LaspError): one line, errors.run_app
   print(json.dumps({"dataset": config.dataset, "seed": config.seed, "num_tasks": config.data.num_tasks,
                     "memory_size": config.memory.size, **pixels}))
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config"])
   errors.run_app(main)

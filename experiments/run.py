@@ -32,16 +32,21 @@ from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 from lasp_jax.platform import xla_cache
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("scale", "small", ["small", "paper", "tiny"], "Grid scale (tiny: smoke tests only).")
-flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).", lower_bound=1)
-flags.DEFINE_string("results", "results", "Output root.")
-flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
-flags.DEFINE_list("memories", None, "Memory sizes of the Table 1 grid (default: 200,500 at paper scale; 500, the "
-                  "size of Table 2 and the embedding figure, at the small scale, to fit an hour on 2 cores).")
-flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
-flags.DEFINE_bool("dry_run", False,
-                  "List each grid's runs (validated configs, workdirs, finished or not); start nothing.")
-flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
+
+
+def define_flags() -> None:
+  """The command line's flags (defined only when it runs: the tests import this module beside others)."""
+  flags.DEFINE_enum("scale", "small", ["small", "paper", "tiny"], "Grid scale (tiny: smoke tests only).")
+  flags.DEFINE_integer("seeds", 3, "Seeds per grid point (the paper used 5).", lower_bound=1)
+  flags.DEFINE_string("results", "results", "Output root.")
+  flags.DEFINE_list("methods", list(("co2l", "sd", "gm", "sd_gm")), "Methods of the Table 1 grid.")
+  flags.DEFINE_list("memories", None, "Memory sizes of the Table 1 grid (default: 200,500 at paper scale; 500, the "
+                    "size of Table 2 and the embedding figure, at the small scale, to fit an hour on 2 cores).")
+  flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla", "Persistent XLA compilation cache ('' = off).")
+  flags.DEFINE_bool("dry_run", False,
+                    "List each grid's runs (validated configs, workdirs, finished or not); start nothing.")
+  flags.DEFINE_bool("aggregate_only", False, "Tabulate finished runs only; start nothing.")
+
 
 METHODS = ("co2l", "sd", "gm", "sd_gm")
 # Rows of every table: the lower and upper bound (a raw-pixel classifier is in every run's results).
@@ -102,7 +107,7 @@ def run_grid(exp_dir: pathlib.Path, configs, on_task_end=None) -> list:
       if done.exists():
         res = json.loads(done.read_text())
         report.run_pictures(res, wd)  # a run of older code may lack them; a new run draws its own
-      elif FLAGS.is_parsed() and FLAGS.aggregate_only:
+      elif FLAGS.is_parsed() and "aggregate_only" in FLAGS and FLAGS.aggregate_only:
         records.append({**tags, "workdir": str(wd), "error": "not run yet"})
         continue
       else:
@@ -337,4 +342,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   errors.run_app(main)

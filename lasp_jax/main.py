@@ -13,15 +13,19 @@ from lasp_jax.platform import host_memory
 # Before JAX's backend starts: its threads take their malloc arenas then (host_memory.py).
 host_memory.keep_freed_memory()
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Output folder (default: a new folder under runs/).")
-_CACHE = flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla",
-                             "Persistent XLA compilation cache ('' = off); reruns skip compilation.")
-_MULTIHOST = flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (one process per host).")
-_BASELINES = flags.DEFINE_bool("baselines", False,
-                               "Also run finetune (lower bound) and joint (upper bound) with the same config, in "
-                               "WORKDIR/baselines/, and print the comparison.")
-
+def define_flags() -> None:
+  """The command line's flags (once per process; a test running the command in its own process defines and removes
+  them around each call)."""
+  if "workdir" in flags.FLAGS:
+    return
+  config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
+  flags.DEFINE_string("workdir", None, "Output folder (default: a new folder under runs/).")
+  flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla",
+                      "Persistent XLA compilation cache ('' = off); reruns skip compilation.")
+  flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (one process per host).")
+  flags.DEFINE_bool("baselines", False, "Also run finetune (lower bound) and joint (upper bound) with the same "
+                    "config, in WORKDIR/baselines/, and print the comparison.")
+  flags.mark_flags_as_required(["config"])
 
 def default_workdir(config) -> str:
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -54,23 +58,24 @@ example: lasp-jax --config=configs/mnist5k.py --baselines
 
 def main(argv):
   del argv
+  FLAGS = flags.FLAGS
   # Orbax logs every save at INFO, TFDS a WARNING line when it probes a data_dir: errors are one line.
   logging.set_verbosity(logging.ERROR)
-  if _MULTIHOST.value:
+  if FLAGS.multihost:
     import jax  # noqa: PLC0415  (only for several hosts; the config check below runs before jax loads)
     jax.distributed.initialize()  # coordinator, process count and id from the environment (SLURM, TPU, ...)
-  config = _CONFIG.value  # loaded by errors.parse_flags: a missing or broken file was one line there
+  config = FLAGS.config  # loaded by errors.parse_flags: a missing or broken file was one line there
   # A bad value is one line (errors.run_app) before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib
   # has no jax.
   config_lib.validate(config_lib.resolved(config))
   from lasp_jax import cli  # noqa: PLC0415  (jax loads here, after the config check)
-  cli.run_command(config, _WORKDIR.value or default_workdir(config), baselines=_BASELINES.value,
-                  compile_cache=_CACHE.value)
+  cli.run_command(config, FLAGS.workdir or default_workdir(config), baselines=FLAGS.baselines,
+                  compile_cache=FLAGS.compile_cache)
 
 
 def run():
   """The ``lasp-jax`` console script: the same as ``python -m lasp_jax.main``."""
-  flags.mark_flags_as_required(["config"])
+  define_flags()
   errors.run_app(main, USAGE)
 
 

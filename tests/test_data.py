@@ -3,8 +3,6 @@
 import math
 import pathlib
 import pickle
-import subprocess
-import sys
 import tarfile
 import time
 
@@ -18,7 +16,7 @@ from lasp_jax.data import memory as M
 from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
 from lasp_jax.tools import prepare
-from tests.conftest import REPO
+from tests.conftest import cli_in_process
 
 # ------------------------------------------------------------------------ sources
 
@@ -305,10 +303,8 @@ def test_impossible_memory_sizes():
 
 
 def test_inspect_command_prints_split_and_writes_png(tmp_path):
-  repo = pathlib.Path(__file__).resolve().parents[1]
-  out = subprocess.run([sys.executable, "-m", "lasp_jax.tools.inspect", "--config=configs/tiny.py",
-                        f"--out={tmp_path / 'views.png'}", "--pairs=8"], cwd=repo, capture_output=True,
-                       text=True, timeout=300)
+  out = cli_in_process("lasp_jax.tools.inspect", "--config=configs/tiny.py", f"--out={tmp_path / 'views.png'}",
+                       "--pairs=8")
   assert out.returncode == 0, out.stderr[-2000:]
   assert "task 4: classes [8, 9]" in out.stdout and "memory per class" in out.stdout
   img = Image.open(tmp_path / "views.png")
@@ -319,8 +315,7 @@ def test_inspect_command_prints_split_and_writes_png(tmp_path):
     ("--config.method=nope", "error: unknown method 'nope'; expected one of"),
     ("--config.data.num_tasks=3", "error: 10 classes cannot be split into 3 equal tasks")])
 def test_inspect_names_a_bad_config_in_one_line(tmp_path, arg, line):
-  out = subprocess.run([sys.executable, "-m", "lasp_jax.tools.inspect", "--config=configs/tiny.py", arg,
-                        f"--out={tmp_path / 'views.png'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  out = cli_in_process("lasp_jax.tools.inspect", "--config=configs/tiny.py", arg, f"--out={tmp_path / 'views.png'}")
   assert out.returncode == 2 and out.stderr.strip().startswith(line) and len(out.stderr.strip().splitlines()) == 1
   assert not (tmp_path / "views.png").exists()
 
@@ -352,8 +347,7 @@ def test_prepare_checks_the_archive_and_unpacks_it(tmp_path):
 
 
 def test_prepare_names_a_bad_dataset_in_one_line(tmp_path):
-  out = subprocess.run([sys.executable, "-m", "lasp_jax.tools.prepare", "--dataset=bogus", f"--data_dir={tmp_path}"],
-                       capture_output=True, text=True, timeout=120, cwd=REPO)
+  out = cli_in_process("lasp_jax.tools.prepare", "--dataset=bogus", f"--data_dir={tmp_path}")
   assert out.returncode == 2 and out.stderr.strip() == (
       "error: nothing to prepare for 'bogus'; choose one of ['cifar10', 'mnist', 'tiny_imagenet']")
   assert not any(tmp_path.iterdir())  # nothing written

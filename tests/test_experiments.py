@@ -5,8 +5,6 @@ import json
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from configs import rmnist_cpu
 from experiments import aggregate, equal_heads, gpu_queue, lasp_gain, reference, run, runner, studies, subsets
 from lasp_jax import config_lib, errors
+from tests.conftest import cli_in_process
 
 # Asserts outcomes of training: CI checks it under a second XLA:CPU code path too (.ci/run).
 pytestmark = pytest.mark.trajectory
@@ -394,13 +393,11 @@ def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path)
 def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   """A tiny Domain-IL dry run of the queue's command line: one cell, its raw pixels, the log; then a call whose
   budget is shorter than the finished cell took runs nothing."""
-  repo = pathlib.Path(__file__).resolve().parents[1]
   # The tiny config's Domain-IL runs, one step a call: the train programs of tests/test_task_free.py's runs (the
   # compilation cache serves whichever comes second).
   tiny = ["--config=configs/tiny.py", "--set=data.scenario=domain", "--set=data.num_tasks=2",
           "--set=train.epochs_first=1", "--set=train.epochs=1", "--set=train.steps_per_call=1"]
-  call = lambda *a: subprocess.run([sys.executable, "-m", "experiments.gpu_queue", f"--out={tmp_path}", *tiny, *a],
-                                   cwd=repo, capture_output=True, text=True, timeout=600)
+  call = lambda *a: cli_in_process("experiments.gpu_queue", f"--out={tmp_path}", *tiny, *a)
   out = call("--budget_s=600", "--max_cells=1", f"--scratch={tmp_path / 'scratch'}")
   assert out.returncode == 0, out.stderr[-3000:]
   left = len(gpu_queue.queue()) - 1

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import run_cli, strip_timing
+from tests.conftest import cli_in_process, run_cli, strip_timing
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -24,7 +24,10 @@ ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train
 
 
 def main(workdir, *extra, fault=None):
-  return run_cli(workdir, *ARGS, *extra, fault=fault)
+  """The command in a process of its own where a fault kills it (SIGKILL), else inside this worker."""
+  if fault:
+    return run_cli(workdir, *ARGS, *extra, fault=fault)
+  return cli_in_process("lasp_jax.main", f"--workdir={workdir}", *ARGS, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +117,7 @@ def test_a_changed_config_is_refused_unless_forced_and_never_restarts(changed_co
     (["--config.boundaries=sometimes"], "unknown boundaries 'sometimes'"),
 ])
 def test_cli_errors_are_one_clear_line(tmp_path, args, message):
-  out = subprocess.run([sys.executable, "-m", "lasp_jax.main", "--config=configs/tiny.py",
-                        f"--workdir={tmp_path}", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+  out = cli_in_process("lasp_jax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}", *args)
   assert out.returncode == 2
   assert message in out.stderr and "Traceback" not in out.stderr
   assert len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -134,7 +136,7 @@ def test_a_bad_config_value_is_reported_before_jax_loads(tmp_path):
 
 
 def test_help_lists_the_flags_a_user_needs_with_an_example(tmp_path):
-  out = run_cli(tmp_path, "--help")
+  out = cli_in_process("lasp_jax.main", f"--workdir={tmp_path}", "--help")
   assert out.returncode == 0 and out.stdout.startswith("usage: lasp-jax --config=FILE"), out.stderr
   for flag in ("--config=FILE", "--config.KEY=VALUE", "--workdir=DIR", "--baselines", "--config.num_seeds=N",
                "--config.preset=published", "--compile_cache", "example: lasp-jax --config=configs/mnist5k.py"):

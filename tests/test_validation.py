@@ -4,7 +4,6 @@ and the paired t intervals every table reports."""
 import dataclasses
 import json
 import math
-import pathlib
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from lasp_jax.data import sources, streams
 from lasp_jax.errors import ConfigError, DataError
 from lasp_jax.eval import evaluators, metrics
 from lasp_jax.loop import steps as steps_lib
-from tests.conftest import REPO, Run, two_tasks
+from tests.conftest import REPO, Run, cli_in_process, two_tasks
 
 pytestmark = pytest.mark.xdist_group("train")
 
@@ -254,10 +253,7 @@ def test_threats_tuned_grid_runs_each_method_once_its_own_grid_is_whole(tmp_path
 
 
 def test_threats_bad_flags_are_one_line_and_exit_2():
-  import subprocess  # noqa: PLC0415
-  import sys  # noqa: PLC0415
-  out = subprocess.run([sys.executable, "-m", "experiments.threats", "--grids=bogus"], capture_output=True,
-                       text=True, timeout=120, cwd=pathlib.Path(__file__).resolve().parents[1])
+  out = cli_in_process("experiments.threats", "--grids=bogus")
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps, "
       "memory500_steps, paper_steps_current, replay_lr, replay_weights)"]
@@ -271,11 +267,7 @@ def test_gm_boundary_table_by_hand(tmp_path):
   text = threats.gm_boundary(res)
   assert "| encoder/conv1/kernel | 500 | 96.8 % | 28.81 | 83.00 |" in text and "50.0 % of all" in text
   assert "(first 11.900, largest 12.400, last 12.080); health: loss_not_falling (task 1)." in text
-  import subprocess  # noqa: PLC0415
-  import sys  # noqa: PLC0415
-  out = subprocess.run([sys.executable, "-m", "experiments.threats", f"--gm_run={tmp_path}", f"--out={tmp_path}"],
-                       capture_output=True, text=True, timeout=120,
-                       cwd=pathlib.Path(__file__).resolve().parents[1])
+  out = cli_in_process("experiments.threats", f"--gm_run={tmp_path}", f"--out={tmp_path}")
   assert out.returncode == 2 and out.stderr.strip() == (f"error: --gm_run {tmp_path} holds no finished GM run with "
                                                         "gamma per weight")
 

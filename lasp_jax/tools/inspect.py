@@ -18,10 +18,6 @@ from lasp_jax import config_lib, errors
 from lasp_jax.data import augment
 from lasp_jax.data import memory as memory_lib
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
-_OUT = flags.DEFINE_string("out", "augmented_views.png", "PNG grid of augmented view pairs.")
-_PAIRS = flags.DEFINE_integer("pairs", 16, "How many samples (each shown as its two views).", lower_bound=1)
-
 
 def describe(config, stream) -> str:
   lines = [f"{config.dataset}: {type(stream).__name__}, {stream.num_tasks} tasks"]
@@ -63,21 +59,29 @@ def view_grid(config, dataset, stream, pairs: int) -> Image.Image:
   return Image.fromarray(grid).resize((grid.shape[1] * 3, grid.shape[0] * 3), Image.NEAREST)
 
 
+def define_flags() -> None:
+  """The command's flags (defined only when it runs: tests import this module beside others)."""
+  config_flags.DEFINE_config_file("config", None, "Run configuration file.", lock_config=True)
+  flags.DEFINE_string("out", "augmented_views.png", "PNG grid of augmented view pairs.")
+  flags.DEFINE_integer("pairs", 16, "How many samples (each shown as its two views).", lower_bound=1)
+
+
 def main(argv):
   del argv
   from lasp_jax.data import streams  # noqa: PLC0415  (jax: after flag parsing)
   try:
-    config = _CONFIG.value
+    config = flags.FLAGS.config
     config_lib.validate(config)
     dataset, stream = streams.load(config)
   except (OSError, ImportError, SyntaxError, AttributeError) as e:  # missing data (a LaspError: errors.run_app)
     print(f"error: {errors.one_line(e)}", file=sys.stderr)
     sys.exit(2)
   print(describe(config, stream))
-  view_grid(config, dataset, stream, _PAIRS.value).save(_OUT.value)
-  print(f"augmented view pairs: {_OUT.value}")
+  view_grid(config, dataset, stream, flags.FLAGS.pairs).save(flags.FLAGS.out)
+  print(f"augmented view pairs: {flags.FLAGS.out}")
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flags_as_required(["config"])
   errors.run_app(main)

@@ -70,18 +70,21 @@ def prepare(dataset: str, data_dir: str) -> None:
   print(f"{dataset} ready in {out}")
 
 
-FLAGS = flags.DEFINE_string("dataset", None, "cifar10 | mnist | tiny_imagenet")
-DATA_DIR = flags.DEFINE_string("data_dir", "data", "where to put the files")
+def define_flags() -> None:
+  """The command's flags (defined only when it runs: the tests import this module)."""
+  flags.DEFINE_string("dataset", None, "cifar10 | mnist | tiny_imagenet")
+  flags.DEFINE_string("data_dir", "data", "where to put the files")
 
 
 def main(argv):
   del argv
   try:
-    prepare(FLAGS.value, DATA_DIR.value)
+    prepare(flags.FLAGS.dataset, flags.FLAGS.data_dir)
   except OSError as e:  # a failed download: one line, exit 2 (a bad name or checksum, DataError: errors.run_app)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 
 
 if __name__ == "__main__":
+  define_flags()
   errors.run_app(main)

@@ -296,8 +296,11 @@ def table(rows, chosen) -> str:
     lines += [f"## {grid}: {studies.budget(GRIDS[grid])}", ""]
     rs, pending = _complete(rs)
     if pending:
-      lines += ["Not in the means (their head's other methods lack the seed): " + ", ".join(
-          f"{r['method']} {r['head']} seed {r['seed']}" for r in pending) + ".", ""]
+      lines += ["Not in the means (a seed their head's other methods lack, or a method short of their seeds): "
+                + ", ".join(f"{r['method']} {r['head']} seed {r['seed']}" for r in pending) + ".", ""]
+    if grid in REPLAY_GRIDS:  # by every read-out, its own head's among them
+      lines += _replay_section(rs, grid, rows)
+      continue
     body = []
     for head, label in dict.fromkeys((r["head"], r["method"]) for r in rs):
       c = _cell_rows(rs, grid, label, head)
@@ -310,9 +313,6 @@ def table(rows, chosen) -> str:
     lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
-    if grid in REPLAY_GRIDS:
-      lines += _replay_section(rs, grid, rows)
-      continue
     lines += _differences(rs, grid, chosen, rows)
     if grid in ("paper_steps", "memory500_steps"):
       lines += _by_domain(rs, grid)
@@ -342,8 +342,8 @@ REPLAY_GRIDS = ("replay_lr", "replay_weights")
 
 def _replay_section(rs, grid, every_row) -> list[str]:
   """A replay grid's cells by every read-out (the method's own head, both probes) on validation and test digits,
-  and each cross-entropy setting's paired differences against Co2L (lambda 1) and SD (lambda 5) of the lambda
-  grid, by the L-BFGS probe (the read-out they share)."""
+  and each setting's paired differences against Co2L (lambda 1) and SD (lambda 5) of the lambda grid, by each
+  method's own read-out and by the L-BFGS probe (the read-out they share)."""
   lines, body = [], []
   for label in dict.fromkeys(r["method"] for r in rs):
     c = [r for r in rs if r["method"] == label]
@@ -351,13 +351,16 @@ def _replay_section(rs, grid, every_row) -> list[str]:
     head = label.startswith(("ER", "DER"))
     body.append([label, len(c), val("head") if head else "–", val("lbfgs"), val("sgd"),
                  _ms(r["m1"] for r in c) if head else "–", _ms(r["lbfgs_test"] for r in c), _ms(r["sgd"] for r in c),
-                 ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok"])
+                 _ms(r["m2"] for r in c), ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok"])
   lines += [aggregate.markdown_table(["method", "seeds", "validation head", "validation L-BFGS", "validation SGD",
-                                      "test head", "test L-BFGS probe", "test SGD probe", "health"], body), ""]
+                                      "test head", "test L-BFGS probe", "test SGD probe",
+                                      "test last angle (its read-out)", "health"], body), ""]
   diff = []
   for label in dict.fromkeys(r["method"] for r in rs):
     for other in ("Co2L lambda1", "SD lambda5"):
-      for metric, name in (("lbfgs_test", "test L-BFGS probe"), ("lbfgs", "validation L-BFGS")):
+      # m1: each method's own read-out (the cross-entropy head; Co2L's and SD's L-BFGS probe), as Table 1 reads them
+      for metric, name in (("m1", "test, each its own read-out"), ("lbfgs_test", "test L-BFGS probe"),
+                           ("lbfgs", "validation L-BFGS")):
         d = paired(every_row, grid, label, other, metric, grid_b="lambda")
         if len(d) >= 2:
           diff.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
@@ -369,13 +372,20 @@ def _replay_section(rs, grid, every_row) -> list[str]:
 
 def _complete(rows) -> tuple[list[dict], list[dict]]:
   """(rows, pending): a grid's rows whose seed every compared method of their head has finished, and the rest,
-  so that each head's means run over the same seeds (the bounds, seed 0 only, are not waited for)."""
+  so that each head's means run over the same seeds (the bounds, seed 0 only, are not waited for). The lanes run
+  seed-major, so a method still running is at most one seed behind; one further behind (a weight added to a grid
+  later) waits whole rather than shrink the others' means to its first seeds."""
   seeds = {}
   for r in rows:
     if r["method"] not in BOUNDS:
       seeds.setdefault(r["head"], {}).setdefault(r["method"], set()).add(r["seed"])
-  shared = {h: set.intersection(*by_method.values()) for h, by_method in seeds.items()}
-  keep = [r["method"] in BOUNDS or r["seed"] in shared[r["head"]] for r in rows]
+  later, shared = set(), {}
+  for h, by_method in seeds.items():
+    every = set.union(*by_method.values())
+    later |= {(h, m) for m, s in by_method.items() if len(every - s) > 1}
+    shared[h] = set.intersection(*(s for m, s in by_method.items() if (h, m) not in later))
+  keep = [r["method"] in BOUNDS or ((r["head"], r["method"]) not in later and r["seed"] in shared[r["head"]])
+          for r in rows]
   return [r for r, k in zip(rows, keep) if k], [r for r, k in zip(rows, keep) if not k]
 
 

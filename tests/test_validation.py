@@ -292,9 +292,14 @@ def test_threats_means_run_over_the_seeds_every_method_of_the_head_has():
             "commit": "abc", "date": "2026-12-04", "point": "p60k", "final_row": [m1] * 5}
   rows = [row("SD onlypast", 0, 90.0), row("Co2L", 0, 88.0), row("finetune", 0, 80.0),
           row("SD onlypast", 1, 96.0), row("SD onlypast", 1, 70.0, "published")]  # seed 1's Co2L: not yet
+  # A method added later, two seeds behind, waits whole: the others' means keep seeds 0-2.
+  later = [row(m, k, v) for k in (2, 3) for m, v in (("SD onlypast", 91.0), ("Co2L", 89.0))] + [row("joint2", 0, 50.0)]
+  wide = threats.table([*rows, row("Co2L", 1, 87.0), *later], {}).split("## Every run")[0]
+  assert "| SD onlypast | centred | 4 | 91.00 (2.71) |" in wide and "joint2 centred seed 0" in wide
   text = threats.table(rows, {})
   section = text.split("## Every run")[0]
-  assert "Not in the means (their head's other methods lack the seed): SD onlypast centred seed 1." in section
+  assert ("Not in the means (a seed their head's other methods lack, or a method short of their seeds): SD onlypast "
+          "centred seed 1.") in section
   assert "| SD onlypast | centred | 1 | 89.00 | – | 90.00 |" in section  # not (90 + 96) / 2 over 2 seeds
   assert "| SD onlypast | published | 1 | 69.00 | – | 70.00 |" in section  # alone on its head: nothing to wait for
   assert "| finetune | centred | 1 | 79.00 | – | 80.00 |" in section  # a bound: seed 0 only by design

@@ -30,6 +30,6 @@ class AGEM(Classifier):
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:
     k_view, k_replay = jax.random.split(s.key)
     grads, stats, metrics = self.stream_gradients(s, model, aug_cfg, cfg, k_view)
-    (replay,) = self.replay(s, k_replay, aug_cfg, cfg)
+    (replay,) = self.memory_draws(s, k_replay, aug_cfg, cfg)
     g_ref = jax.grad(self.replay_loss)(s.state.params, s, replay, model)
     return Observation(agem_project(grads, g_ref), stats, s.state.memory, metrics)

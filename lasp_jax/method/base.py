@@ -100,7 +100,7 @@ class Method:
   head: ClassVar[str] = "projection"   # the model's head: "projection" (embeddings) or "classifier" (logits)
   metrics: ClassVar[tuple] = ("loss",)  # observe's metrics, in the order the step records them
   progress_keys: ClassVar[tuple] = ("loss",)  # the metrics a progress bar shows
-  replay: ClassVar[bool] = False      # the host memory joins the training pool
+  pool_replay: ClassVar[bool] = False  # the host memory (data/memory.py) joins the training pool
   distills: ClassVar[bool] = False    # keeps the past model at a boundary
   cumulative: ClassVar[bool] = False  # trains on every earlier task's data: needs given boundaries
   ird_weight: ClassVar[float] = 0.0   # the contrastive family's distillation weight (its published value)
@@ -151,10 +151,10 @@ class Method:
     return state
 
   def pool(self, stream, memory, t: int, slot=None, state=None):
-    """Task t's training pool and the samples of one epoch: the task's data and the host memory (``replay``), or
+    """Task t's training pool and the samples of one epoch: the task's data and the host memory (``pool_replay``), or
     the task's data alone. ``state``: the train state (a method whose device memory joins its pool reads it)."""
     del state
-    if self.replay:
+    if self.pool_replay:
       pool = pools.training_pool(stream, memory, t, slot)
       return pool, len(pool.index)
     own = pools.task_pool(stream, t, slot)

@@ -101,7 +101,7 @@ class Classifier(Method):
   def task_of(self, labels, domain, cfg: Settings):
     return domain if cfg.domain_tasks else labels // cfg.classes_per_task
 
-  def replay(self, s: StepInputs, key, aug_cfg, cfg: Settings) -> list[Replay]:
+  def memory_draws(self, s: StepInputs, key, aug_cfg, cfg: Settings) -> list[Replay]:
     """The step's draws from the memory, each independent of the others."""
     out, mem = [], s.state.memory
     for k in jax.random.split(key, self.draws) if self.draws else ():
@@ -125,7 +125,7 @@ class Classifier(Method):
     k_view, k_replay, k_insert = jax.random.split(s.key, 3)
     x = self.views(k_view, s.data, s.batch.index, s.batch.domain, aug_cfg, cfg)
     labels = s.data.labels[s.batch.index]
-    replays = self.replay(s, k_replay, aug_cfg, cfg)
+    replays = self.memory_draws(s, k_replay, aug_cfg, cfg)
     grad_fn = jax.value_and_grad(self.objective, has_aux=True)
     (loss, (terms, logits, feats, stats)), grads = grad_fn(s.state.params, s, x, labels, replays, model, cfg)
     z_norm, z_var = embedding_stats(jax.lax.stop_gradient(feats).astype(jnp.float32), s.batch.valid)

@@ -45,7 +45,7 @@ class Co2L(Method):
   family = "contrastive"
   metrics = ("loss", "supcon", "ird", "z_norm", "z_var")
   progress_keys = ("loss", "ird")
-  replay = True
+  pool_replay = True
   distills = True
   ird_weight = 1.0   # the published --distill_power
 
@@ -147,7 +147,7 @@ class SDGM(SD, GM):
 
 class Finetune(Co2L):
   """Lower bound: SupCon on each task alone, no replay, no distillation (the memory feeds only the probe)."""
-  replay = False
+  pool_replay = False
   distills = False
   ird_weight = 0.0
 

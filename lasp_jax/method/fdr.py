@@ -38,7 +38,7 @@ class FDR(Classifier):
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:
     k_view, k_replay = jax.random.split(s.key)
     g1, stats, metrics = self.stream_gradients(s, model, aug_cfg, cfg, k_view)
-    (replay,) = self.replay(s, k_replay, aug_cfg, cfg)
+    (replay,) = self.memory_draws(s, k_replay, aug_cfg, cfg)
     moved = jax.tree.map(lambda p, g: p - s.lr * g, s.state.params, g1)
 
     def distance(params):

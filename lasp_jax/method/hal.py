@@ -62,7 +62,7 @@ class HAL(ER):
     held = s._replace(state=s.state.replace(memory=mem["buffer"]))
     x = self.views(k_view, s.data, s.batch.index, s.batch.domain, aug_cfg, cfg)
     labels = s.data.labels[s.batch.index]
-    replays = self.replay(held, k_replay, aug_cfg, cfg)
+    replays = self.memory_draws(held, k_replay, aug_cfg, cfg)
     (loss, (terms, _, feats, stats)), g1 = jax.value_and_grad(self.objective, has_aux=True)(
         s.state.params, held, x, labels, replays, model, cfg)
     variables = lambda p: {"params": p, "batch_stats": stats}

@@ -181,10 +181,9 @@ def table(rows) -> str:
            ""]
   for bench, (_, metrics) in BENCHMARKS.items():
     rs = [r for r in rows if r["benchmark"] == bench]
-    if not rs:
-      continue
-    body = []
-    for method, memory in dict.fromkeys((r["method"], r["memory"]) for r in rs):
+    body = []  # every published cell, run or not yet
+    published = [(m, mem) for m in (*BOUNDS, *METHODS) for mem in (0, 200, 500) if (bench, m, mem) in PUBLISHED]
+    for method, memory in published:
       c = [r for r in rs if (r["method"], r["memory"]) == (method, memory)]
       ok = [r for r in c if not r["flags"]]
       flagged = len(c) - len(ok)

@@ -468,3 +468,19 @@ def test_findings_adds_memory_500_at_the_paper_steps_once_a_pair_exists(tmp_path
   got = {label: d for _, label, d in findings.threat_intervals()}
   assert got == {"d600, memory 500: SD − Co2L": [-2.0, -3.0],
                  "paper steps, memory 500 (centred): SD (onlypast) − Co2L": [-0.5]}
+
+
+def test_table1_mnist_verdicts_by_hand_and_every_published_cell_listed():
+  from experiments import table1_mnist as t1  # noqa: PLC0415
+  assert t1.verdict((85.0, 1.0, 3), (85.01, 1.90)) == "within"        # |85.00 - 85.01| <= 1.90
+  assert t1.verdict((88.0, 1.0, 3), (85.01, 1.90)) == "above"
+  assert t1.verdict((81.0, 1.0, 3), (80.11, None)) == "within 2 std (ours)"  # no published spread: 0.89 <= 2 x 1.0
+  assert t1.verdict((81.0, 0.4, 3), (80.11, None)) == "above"
+  assert t1.verdict((81.0, None, 1), (80.11, None)) == "one seed"
+  run = lambda m, mem, s, acc: {"benchmark": "seq-mnist", "method": m, "memory": mem, "seed": s, "commit": "abc",
+                                "date": "2026-12-07", "cpu": "x", "accuracy": {"class_il": acc, "task_il": 98.0},
+                                "raw_pixels": None, "flags": [], "train_s": 5.0, "wall_s": 6.0}
+  text = t1.table([run("er", 200, 0, 80.0), run("er", 200, 1, 82.0)])
+  assert "| ER | 200 | 2 | 81.00 (1.41) | 80.43 | within 2 std (ours) |" in text
+  assert "| GSS | 200 | 0 | – | 38.90 | – | – | 95.02 | – | – |" in text  # not run yet: its published row stays
+  assert text.count("| A-GEM |") == 4  # both benchmarks, both memories: every published cell, run or not

@@ -27,6 +27,7 @@ def define_flags() -> None:
                     "config, in WORKDIR/baselines/, and print the comparison.")
   flags.mark_flags_as_required(["config"])
 
+
 def default_workdir(config) -> str:
   stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
   return os.path.join("runs", f"{config.dataset}_{config.method}_s{config.seed}_{stamp}")

@@ -169,6 +169,10 @@ def epoch_flags(task: int, row: dict, first: Optional[dict] = None) -> list[Flag
   return [f for f in found if f]
 
 
+# The method's traits task_flags reads (the loop passes the method's, recheck the registry's for a finished run).
+METHOD_TRAITS = ("selective", "cumulative", "norm_diverges")
+
+
 def task_flags(task: int, curves: Sequence[dict], *, lrs=None, floor: float = 0.0,
                boundaries: Sequence[dict] = (), selective: bool = False, cumulative: bool = False,
                norm_diverges: bool = True) -> list[Flag]:
@@ -208,7 +212,7 @@ def recheck(results: dict) -> list[Flag]:
     upto = [c for c in curves if c["task"] <= t]
     flags += task_flags(t, upto,  # lr_frozen needs the config's floor: not rechecked
                         boundaries=[b for b in results.get("boundaries", []) if b.get("task") == t],
-                        **{k: traits[k] for k in ("selective", "cumulative", "norm_diverges")})
+                        **{k: traits[k] for k in METHOD_TRAITS})
   return flags
 
 

@@ -224,8 +224,7 @@ def end_task(ctx: Context, carry: Carry, t: int, bar) -> None:
   tc, rs = ctx.config.train, carry.rs
   flags = health.task_flags(t, rs.curves, lrs=[rs.progress.lr_max or tc.lr], floor=tc.lr * tc.lr_min_ratio,
                             boundaries=[b for b in rs.boundaries if b["task"] == t],
-                            selective=ctx.method.selective, cumulative=ctx.method.cumulative,
-                            norm_diverges=ctx.method.norm_diverges)
+                            **{k: getattr(ctx.method, k) for k in health.METHOD_TRAITS})
   for f in flags:
     tqdm.tqdm.write(f.line(), file=sys.stderr)
   rs.health.extend(dataclasses.asdict(f) for f in flags)

@@ -192,7 +192,7 @@ def table(rows) -> str:
       cells_ = []
       for m in metrics:
         ms = aggregate.mean_std(r["accuracy"][m] for r in ok)
-        cells_ += [f"{ms[0]:.2f}" if ms[2] == 1 else aggregate.cell(ms), _published(bench, method, memory, m),
+        cells_ += [aggregate.seeds_cell(ms), _published(bench, method, memory, m),
                    verdict(ms, PUBLISHED[(bench, method, memory)][m])]
       train_s = aggregate.mean_std(r["train_s"] for r in ok)[0]
       body.append([name, memory or "–", len(ok), *cells_, studies.num(train_s, 1) if train_s else "–"])

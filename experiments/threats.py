@@ -399,9 +399,7 @@ def _choice_cell(rows, method, weight, means) -> str:
 
 
 def _ms(values) -> str:
-  """'mean (std)' over seeds; one seed's value alone (no spread to show)."""
-  ms = aggregate.mean_std(values)
-  return f"{ms[0]:.2f}" if ms[2] == 1 else aggregate.cell(ms)
+  return aggregate.seeds_cell(aggregate.mean_std(values))
 
 
 def _by_domain(rows, grid, a="SD onlypast", b="Co2L", grid_b=None) -> list[str]:

@@ -74,6 +74,11 @@ def mean_std(values: Iterable[Optional[float]]):
   return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
 
 
+def seeds_cell(ms) -> str:
+  """'mean (std)' over seeds; one seed's value alone (no spread to show)."""
+  return f"{ms[0]:.2f}" if ms[2] == 1 else cell(ms)
+
+
 def cell(ms, paper=None) -> str:
   """'mean (std)' plus the paper's value and our difference when given."""
   mean, std, n = ms

@@ -235,6 +235,15 @@ def test_agem_and_gem_write_their_memory_as_each_task_ends_a_quota_each(tmp_path
     assert set(np.asarray(mem.label)[:8].tolist()) <= {0, 1}
     train.run_task(ctx, carry, 1)
     assert int(carry.state.memory.seen) == 16 and set(np.asarray(carry.state.memory.task)[8:16].tolist()) == {1}
+  # offered 30 of each (mammoth today: one batch a task): the reservoir fills the last 10 slots with the second
+  # task's first offered, then keeps a uniform share: every slot holds one of the two tasks' samples
+  ctx, carry = train.start(der_protocol(method="agem", **{"data.num_tasks": 5, "method_args.task_samples": 30}),
+                           tmp_path / "agem30")
+  for t in range(2):
+    train.run_task(ctx, carry, t)
+  mem = jax.tree.map(np.asarray, carry.state.memory)
+  assert int(mem.seen) == 60 and set(mem.task[30:].tolist()) == {1} and set(mem.task[:30].tolist()) <= {0, 1}
+  assert 10 <= int(np.sum(mem.task == 1)) < 40 and set(mem.label[mem.task == 1].tolist()) <= {2, 3}
 
 
 def test_herding_picks_the_sample_that_brings_the_exemplar_mean_closest_to_the_class_mean():

@@ -1,7 +1,8 @@
 """Averaged GEM (A-GEM; Chaudhry et al., 2019): a step's gradient g is projected when it disagrees with the
 gradient g_ref of the memory's cross-entropy on a draw of ``method_args.minibatch_size`` remembered samples:
-if g . g_ref < 0, g - (g . g_ref / g_ref . g_ref) g_ref (orthogonal to g_ref), else g unchanged. The memory takes
-capacity // tasks random samples of each task as it ends (the DER paper's A-GEM, mammoth at its code release)."""
+if g . g_ref < 0, g - (g . g_ref / g_ref . g_ref) g_ref (orthogonal to g_ref), else g unchanged. The memory is offered
+random samples of each task as it ends: capacity // tasks (the DER paper's code release reads its loader of that
+size), or ``method_args.task_samples`` of them (mammoth today offers one training batch: ``train.batch_size``)."""
 
 from __future__ import annotations
 

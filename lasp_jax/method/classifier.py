@@ -138,15 +138,17 @@ class Classifier(Method):
 
 
   def end_task(self, state, past, task):
-    """A memory written at task ends takes capacity // tasks of the ended task's samples, drawn at random."""
+    """A memory written at task ends is offered ``method_args.task_samples`` (0: capacity // tasks) of the ended
+    task's samples, drawn at random; past the capacity the reservoir keeps a uniform share of all offered."""
     del past
     if not self.draws or self.writes != "task_end":
       return state
-    n = len(task.index)
+    n, offered = len(task.index), task.config.method_args.get("task_samples", 0)
     pick = np.random.default_rng([task.config.seed, task.task, 0xE9150]).choice(
-        n, min(n, task.config.memory.size // task.num_tasks), replace=False)
+        n, min(n, offered or task.config.memory.size // task.num_tasks), replace=False)
     rows = lambda a: jnp.asarray(np.asarray(a)[pick], jnp.int32)
-    memory = buffer.insert(state.memory, jax.random.PRNGKey(0), index=rows(task.index), domain=rows(task.domain),
+    key = jax.random.fold_in(jax.random.PRNGKey(task.config.seed), task.task)  # the reservoir's, once it is full
+    memory = buffer.insert(state.memory, key, index=rows(task.index), domain=rows(task.domain),
                            label=rows(task.labels), task=jnp.full(len(pick), task.task, jnp.int32), logits=None,
                            valid=jnp.ones(len(pick), bool))
     return state.replace(memory=memory)

@@ -12,7 +12,9 @@ its draw size to the batch size whatever ``--minibatch_size`` says, so lasp_jax 
 timed from its process's start to its last accuracy: lasp_jax's ``lasp-jax`` command (no compilation cache: its
 compiles are in its time), mammoth's ``main.py`` (through perf/mammoth_timed.py, which adds its training time);
 both evaluate after every task. ``--five_seeds``: that cell's seeds 0-4 as one vmapped lasp_jax program
-(``num_seeds=5, seeds_mode=vmap``) against mammoth's five runs. Pause background work for its minutes.
+(``num_seeds=5, seeds_mode=vmap``) against mammoth's five runs. ``--warm``: each lasp_jax run is timed a second
+time with the compilation cache on (the library's default), filled beforehand by an untimed run of the cell at
+another seed: a grid's every run after its first compiles nothing. Pause background work for its minutes.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def define_flags():
   flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.", lower_bound=1)
   flags.DEFINE_string("five_seeds", "seq-er", "A cell whose seeds 0-4 also run as one vmapped program ('' = none).")
   flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
+  flags.DEFINE_bool("warm", False, "Also time each lasp_jax run with a compilation cache filled at another seed.")
 
 
 def best(bench: str, method: str) -> dict:
@@ -53,7 +56,7 @@ def best(bench: str, method: str) -> dict:
   return {**a, "mb": a["bs"]}
 
 
-def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1) -> list[str]:
+def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, cache: str = "") -> list[str]:
   a = best(bench, method)
   keys = {"method": method, "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"], "train.batch_size": a["bs"],
           "method_args.minibatch_size": a["mb"], "method_args.alpha": a.get("alpha", 0.1),
@@ -61,7 +64,7 @@ def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1) ->
   if seeds > 1:
     keys.update(num_seeds=seeds, seeds_mode="vmap")
   return [sys.executable, "-m", "lasp_jax.main", f"--config=configs/{table1_mnist.BENCHMARKS[bench][0]}.py",
-          f"--workdir={workdir}", "--compile_cache=", *(f"--config.{k}={v}" for k, v in keys.items())]
+          f"--workdir={workdir}", f"--compile_cache={cache}", *(f"--config.{k}={v}" for k, v in keys.items())]
 
 
 def mammoth_args(bench: str, method: str, seed: int) -> list[str]:
@@ -72,10 +75,11 @@ def mammoth_args(bench: str, method: str, seed: int) -> list[str]:
           f"--seed={seed}"]
 
 
-def run_ours(bench, method, seed, scratch, seeds: int = 1) -> dict:
-  wd = pathlib.Path(scratch) / f"ours_{bench}_{method}_s{seed}_n{seeds}"
+def run_ours(bench, method, seed, scratch, seeds: int = 1, cache: str = "") -> dict:
+  wd = pathlib.Path(scratch) / f"ours_{bench}_{method}_s{seed}_n{seeds}{'_warm' if cache else ''}"
   t0 = time.perf_counter()
-  proc = subprocess.run(ours_command(bench, method, seed, wd, seeds), cwd=REPO, capture_output=True, text=True)
+  proc = subprocess.run(ours_command(bench, method, seed, wd, seeds, cache), cwd=REPO, capture_output=True,
+                        text=True)
   wall = time.perf_counter() - t0
   if proc.returncode:
     raise errors.TrainingError(f"lasp_jax {bench} {method} seed {seed} failed: {proc.stderr.strip()[-300:]}")
@@ -103,21 +107,26 @@ def run_mammoth(bench, method, seed, scratch) -> dict:
 
 
 def table(rows, five) -> str:
-  body = []
+  body, warm = [], all("ours_warm" in r for r in rows)
   for r in rows:
     ours, theirs = r["ours"], r["mammoth"]
     fmt = lambda acc: ", ".join(f"{v:.2f}" for v in acc.values())
     body.append([r["cell"], r["seed"], f"{ours['wall_s']:.1f}", f"{ours['train_s']:.1f}", fmt(ours["accuracy"][0]),
                  f"{theirs['wall_s']:.1f}", f"{theirs['train_s']:.1f}", fmt(theirs["accuracy"][0]),
                  f"{theirs['wall_s'] / ours['wall_s']:.1f}x"])
+    if warm:
+      body[-1] += [f"{r['ours_warm']['wall_s']:.1f}", f"{theirs['wall_s'] / r['ours_warm']['wall_s']:.1f}x"]
   lines = [aggregate.markdown_table(["cell", "seed", "lasp_jax wall s", "lasp_jax train s", "lasp_jax accuracy",
-                                     "mammoth wall s", "mammoth train s", "mammoth accuracy", "wall ratio"], body)]
+                                     "mammoth wall s", "mammoth train s", "mammoth accuracy", "wall ratio",
+                                     *(["lasp_jax wall s, warm cache", "warm ratio"] if warm else [])], body)]
   for cell in dict.fromkeys(r["cell"] for r in rows):
     lines.append(_cell_line(cell, [r for r in rows if r["cell"] == cell]))
   if five:
     ratio = five["mammoth_wall_s"] / five["ours"]["wall_s"]
     lines.append(f"{five['cell']}, seeds 0-4: lasp_jax one vmapped program {five['ours']['wall_s']:.1f} s wall; "
-                 f"mammoth five runs {five['mammoth_wall_s']:.1f} s ({ratio:.1f}x)")
+                 f"mammoth five runs {five['mammoth_wall_s']:.1f} s ({ratio:.1f}x)" + (
+                     f"; warm cache {five['ours_warm']['wall_s']:.1f} s "
+                     f"({five['mammoth_wall_s'] / five['ours_warm']['wall_s']:.1f}x)" if "ours_warm" in five else ""))
   return "\n".join(lines) + "\n"
 
 
@@ -127,8 +136,20 @@ def _cell_line(cell: str, rs: list) -> str:
   wall = {s: sum(r[s]["wall_s"] for r in rs) for s in ("ours", "mammoth")}
   accs = "; ".join(f"{m} lasp_jax {side('ours', m)}, mammoth {side('mammoth', m)}"
                    for m in rs[0]["ours"]["accuracy"][0])
+  warm = sum(r["ours_warm"]["wall_s"] for r in rs) if all("ours_warm" in r for r in rs) else None
   return f"{cell}: {accs}; wall {wall['ours']:.0f} s against {wall['mammoth']:.0f} s " \
-         f"({wall['mammoth'] / wall['ours']:.1f}x)"
+         f"({wall['mammoth'] / wall['ours']:.1f}x)" + (
+             f"; warm cache {warm:.0f} s ({wall['mammoth'] / warm:.1f}x)" if warm else "")
+
+
+def _filled_cache(bench: str, method: str, scratch: str, seeds: int) -> str:
+  """With --warm, a compilation cache holding the cell's programs: filled by an untimed run at seeds from 100
+  (the seed is a value in the compiled programs, not part of them); '' without."""
+  if not FLAGS.warm:
+    return ""
+  cache = str(pathlib.Path(scratch) / f"cache_{bench}_{method}_n{seeds}")
+  run_ours(bench, method, 100, scratch, seeds=seeds, cache=cache)
+  return cache
 
 
 def main(argv):
@@ -143,8 +164,10 @@ def main(argv):
   rows = []
   for cell in FLAGS.cells:
     bench, method = CELLS[cell]
+    cache = _filled_cache(bench, method, scratch, 1)
     for seed in range(FLAGS.seeds):
       rows.append({"cell": cell, "seed": seed, "ours": run_ours(bench, method, seed, scratch),
+                   **({"ours_warm": run_ours(bench, method, seed, scratch, cache=cache)} if cache else {}),
                    "mammoth": run_mammoth(bench, method, seed, scratch)})
       print(table(rows[-1:], None).splitlines()[-2], flush=True)
   five = None
@@ -154,6 +177,9 @@ def main(argv):
     theirs = [done.get(s) or run_mammoth(bench, method, s, scratch) for s in range(5)]
     five = {"cell": FLAGS.five_seeds, "ours": run_ours(bench, method, 0, scratch, seeds=5),
             "mammoth_wall_s": sum(t["wall_s"] for t in theirs), "mammoth": theirs}
+    cache = _filled_cache(bench, method, scratch, 5)
+    if cache:
+      five["ours_warm"] = run_ours(bench, method, 0, scratch, seeds=5, cache=cache)
   text = table(rows, five)
   print(text, end="")
   if FLAGS.out:

@@ -15,7 +15,6 @@ import hashlib
 from typing import NamedTuple
 
 import numpy as np
-import scipy.optimize
 import threadpoolctl
 
 from lasp_jax import progress
@@ -102,6 +101,7 @@ def _fit_logistic(x, y, *, num_classes: int, sample_weight=None, l2: float = 1e-
   # reading x (377 MB in float64) twice per loss+gradient.
   threads = 1 if xs_t.size < _MANY_THREADS_FROM else None
   with threadpoolctl.threadpool_limits(threads, user_api="blas"), progress.bar(max_iter, "linear fit (L-BFGS)"):
+    import scipy.optimize  # noqa: PLC0415  (~0.5 s to import; a run read out by its own head never fits)
     res = scipy.optimize.minimize(loss_grad, theta0, jac=True, method="L-BFGS-B", callback=progress.tick,
                                   options=dict(maxiter=max_iter, gtol=1e-6))
   wt, b = res.x[:f * num_classes].reshape(f, num_classes), res.x[f * num_classes:]

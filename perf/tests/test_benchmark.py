@@ -86,3 +86,16 @@ def test_the_race_against_mammoth_runs_both_sides_with_mammoths_effective_draw()
   ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w")
   assert "--config.method_args.minibatch_size=10" in ours and "--config.train.batch_size=10" in ours
   assert "--config.num_seeds=5" in against_mammoth.ours_command("seq-mnist", "er", 0, "/tmp/w", seeds=5)
+
+
+def test_the_race_against_mammoth_times_a_warm_run_beside_the_cold_one_by_its_own_wall():
+  from perf import against_mammoth  # noqa: PLC0415
+  assert "--compile_cache=" in against_mammoth.ours_command("seq-mnist", "er", 0, "/tmp/w")  # cold: cache off
+  assert "--compile_cache=/c" in against_mammoth.ours_command("seq-mnist", "er", 0, "/tmp/w", cache="/c")
+  side = lambda wall: {"wall_s": wall, "train_s": 1.0, "accuracy": [{"class_il": 80.0}]}
+  rows = [{"cell": "seq-er", "seed": s, "ours": side(10.0), "ours_warm": side(5.0), "mammoth": side(80.0)}
+          for s in (0, 1)]
+  text = against_mammoth.table(rows, None)
+  assert "| 8.0x | 5.0 | 16.0x |" in text  # mammoth 80 s against 10 s cold and 5 s warm
+  assert text.splitlines()[-1].endswith("wall 20 s against 160 s (8.0x); warm cache 10 s (16.0x)")
+  assert "warm" not in against_mammoth.table([{k: v for k, v in rows[0].items() if k != "ours_warm"}], None)

@@ -16,9 +16,9 @@ import jaxlib
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _git(*args: str):
+def _git(*args: str, root: pathlib.Path = REPO):
   try:
-    out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10, check=True)
+    out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True)
     return out.stdout.strip()
   except (OSError, subprocess.SubprocessError):
     return None
@@ -45,12 +45,18 @@ def cpu_model(cpuinfo: str | None = None) -> str:
           f"(family {first.get('cpu family', '?')} model {first.get('model', '?')}; {simd})")
 
 
+def code_dirty(root: pathlib.Path = REPO) -> bool | None:
+  """Whether tracked files other than ``results/`` differ from the commit (None outside a checkout): a study
+  rewrites its own results files while its runs go on, which leaves the code the commit's."""
+  status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results", root=root)
+  return None if status is None else bool(status)
+
+
 @functools.lru_cache(maxsize=1)
 def _static() -> dict:
   commit = _git("rev-parse", "HEAD")
-  status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
   devices = jax.devices()
-  return {"git_commit": commit, "git_dirty": None if status is None else bool(status),
+  return {"git_commit": commit, "git_dirty": code_dirty() if commit else None,
           "jax": jax.__version__, "jaxlib": jaxlib.__version__, "python": platform.python_version(),
           "platform": devices[0].platform, "device_kind": devices[0].device_kind, "device_count": len(devices),
           "cpu": cpu_model(), "host": socket.gethostname(),

@@ -1,6 +1,7 @@
 """Where a number came from: the host CPU line that CPU figures carry, the XLA flags a run ran under."""
 
 import os
+import subprocess
 
 from lasp_jax import provenance
 
@@ -30,3 +31,19 @@ def test_results_provenance_carries_the_cpu():
 def test_provenance_names_the_xla_flags_the_process_runs_under():
   # conftest sets the single-thread Eigen flag in xdist workers: a flag that changes a run's float path.
   assert provenance.provenance()["xla_flags"] == os.environ.get("XLA_FLAGS", "")
+
+
+def test_a_run_is_dirty_when_code_differs_from_the_commit_not_its_results_files(tmp_path):
+  git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+  git("init", "-q")
+  (tmp_path / "results").mkdir()
+  (tmp_path / "results" / "table.md").write_text("a\n")
+  (tmp_path / "code.py").write_text("x = 1\n")
+  git("add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+  assert provenance.code_dirty(tmp_path) is False
+  (tmp_path / "results" / "table.md").write_text("b\n")  # a study rewriting its own table while it runs
+  assert provenance.code_dirty(tmp_path) is False
+  (tmp_path / "code.py").write_text("x = 2\n")
+  assert provenance.code_dirty(tmp_path) is True
+  assert provenance.code_dirty(tmp_path / "nowhere") is None

@@ -484,3 +484,9 @@ def test_table1_mnist_verdicts_by_hand_and_every_published_cell_listed():
   assert "| ER | 200 | 2 | 81.00 (1.41) | 80.43 | within 2 std (ours) |" in text
   assert "| GSS | 200 | 0 | – | 38.90 | – | – | 95.02 | – | – |" in text  # not run yet: its published row stays
   assert text.count("| A-GEM |") == 4  # both benchmarks, both memories: every published cell, run or not
+  # A-GEM's second reading runs the registry's A-GEM with one training batch of each task offered to its memory,
+  # against the same published cells
+  assert text.count("| A-GEM (a batch a task) |") == 4
+  c, ref = t1.config("seq-mnist", "agem_batch", 200, 0), t1.config("seq-mnist", "agem", 200, 0)
+  assert (c.method, c.method_args.task_samples, ref.method_args.task_samples) == ("agem", 10, 0)
+  assert c.train.batch_size == 10 and t1.config("rot-mnist", "agem_batch", 500, 0).method_args.task_samples == 128

@@ -14,7 +14,9 @@ compiles are in its time), mammoth's ``main.py`` (through perf/mammoth_timed.py,
 both evaluate after every task. ``--five_seeds``: that cell's seeds 0-4 as one vmapped lasp_jax program
 (``num_seeds=5, seeds_mode=vmap``) against mammoth's five runs. ``--warm``: each lasp_jax run is timed a second
 time with the compilation cache on (the library's default), filled beforehand by an untimed run of the cell at
-another seed: a grid's every run after its first compiles nothing. Pause background work for its minutes.
+another seed: a grid's every run after its first compiles nothing. ``--published_draws``: both sides draw the DER
+paper's ``minibatch_size`` (mammoth through perf/mammoth_timed.py, which restores it after mammoth's override).
+Pause background work for its minutes.
 """
 
 from __future__ import annotations
@@ -47,17 +49,20 @@ def define_flags():
   flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.", lower_bound=1)
   flags.DEFINE_string("five_seeds", "seq-er", "A cell whose seeds 0-4 also run as one vmapped program ('' = none).")
   flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
+  flags.DEFINE_bool("published_draws", False, "Both sides draw the DER paper's minibatch_size, not the batch size.")
   flags.DEFINE_bool("warm", False, "Also time each lasp_jax run with a compilation cache filled at another seed.")
 
 
-def best(bench: str, method: str) -> dict:
-  """The cell's best arguments as mammoth runs them: its draw is as large as its batch."""
+def best(bench: str, method: str, published_draws: bool = False) -> dict:
+  """The cell's best arguments as mammoth runs them (its draw is as large as its batch), or with
+  ``published_draws`` as the DER paper ran them (perf/mammoth_timed.py then puts mammoth's draw size back)."""
   a = dict(table1_mnist.BEST_ARGS[(bench, method, MEMORY)])
-  return {**a, "mb": a["bs"]}
+  return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"]}
 
 
-def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, cache: str = "") -> list[str]:
-  a = best(bench, method)
+def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, cache: str = "",
+                 published_draws: bool = False) -> list[str]:
+  a = best(bench, method, published_draws)
   keys = {"method": method, "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"], "train.batch_size": a["bs"],
           "method_args.minibatch_size": a["mb"], "method_args.alpha": a.get("alpha", 0.1),
           "method_args.beta": a.get("beta", 0.5), "eval.raw_pixels": False, "progress": False, "pictures": False}
@@ -67,8 +72,8 @@ def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, ca
           f"--workdir={workdir}", f"--compile_cache={cache}", *(f"--config.{k}={v}" for k, v in keys.items())]
 
 
-def mammoth_args(bench: str, method: str, seed: int) -> list[str]:
-  a = best(bench, method)
+def mammoth_args(bench: str, method: str, seed: int, published_draws: bool = False) -> list[str]:
+  a = best(bench, method, published_draws)
   extra = [f"--{k}={a[k]}" for k in ("alpha", "beta") if k in a]
   return [f"--dataset={bench}", f"--model={method}", f"--buffer_size={MEMORY}", f"--lr={a['lr']}",
           f"--batch_size={a['bs']}", f"--minibatch_size={a['mb']}", *extra, "--n_epochs=1", "--non_verbose=1",
@@ -78,8 +83,8 @@ def mammoth_args(bench: str, method: str, seed: int) -> list[str]:
 def run_ours(bench, method, seed, scratch, seeds: int = 1, cache: str = "") -> dict:
   wd = pathlib.Path(scratch) / f"ours_{bench}_{method}_s{seed}_n{seeds}{'_warm' if cache else ''}"
   t0 = time.perf_counter()
-  proc = subprocess.run(ours_command(bench, method, seed, wd, seeds, cache), cwd=REPO, capture_output=True,
-                        text=True)
+  proc = subprocess.run(ours_command(bench, method, seed, wd, seeds, cache, FLAGS.published_draws), cwd=REPO,
+                        capture_output=True, text=True)
   wall = time.perf_counter() - t0
   if proc.returncode:
     raise errors.TrainingError(f"lasp_jax {bench} {method} seed {seed} failed: {proc.stderr.strip()[-300:]}")
@@ -92,10 +97,12 @@ def run_ours(bench, method, seed, scratch, seeds: int = 1, cache: str = "") -> d
 def run_mammoth(bench, method, seed, scratch) -> dict:
   root = pathlib.Path(FLAGS.mammoth)
   env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+  if FLAGS.published_draws:
+    env["MAMMOTH_MINIBATCH"] = str(best(bench, method, True)["mb"])
   t0 = time.perf_counter()
   proc = subprocess.run([str(root / "venv" / "bin" / "python"), str(REPO / "perf" / "mammoth_timed.py"),
-                         *mammoth_args(bench, method, seed)], cwd=root / "mammoth", capture_output=True, text=True,
-                        env=env)
+                         *mammoth_args(bench, method, seed, FLAGS.published_draws)], cwd=root / "mammoth",
+                        capture_output=True, text=True, env=env)
   wall = time.perf_counter() - t0
   (pathlib.Path(scratch) / f"mammoth_{bench}_{method}_s{seed}.log").write_text(proc.stdout + proc.stderr)
   found = re.findall(r"Accuracy for \d+ task\(s\):(.*)", proc.stderr)

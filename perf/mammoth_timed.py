@@ -32,7 +32,22 @@ ContinualDataset.evaluate = staticmethod(timed("eval", ContinualDataset.evaluate
 training.train = timed("train", training.train)
 sys.argv[0] = "main.py"
 try:
-  runpy.run_path("main.py", run_name="__main__")
+  keep = os.environ.get("MAMMOTH_MINIBATCH")
+  if keep:
+    # mammoth sets minibatch_size to batch_size whenever a batch size is set (its extend_args): put the draw size
+    # back after it, as the DER paper ran its best arguments; main.py itself runs unchanged.
+    main = runpy.run_path("main.py", run_name="mammoth_main")["main"]
+    extend = main.__globals__["extend_args"]
+
+    def extend_keeping_the_draw(args, dataset):
+      extend(args, dataset)
+      print(f"MINIBATCH {keep} (mammoth had set {args.minibatch_size})", file=sys.stderr, flush=True)
+      args.minibatch_size = int(keep)
+
+    main.__globals__["extend_args"] = extend_keeping_the_draw
+    main()
+  else:
+    runpy.run_path("main.py", run_name="__main__")
 finally:
   print(f"TIMING train_call_s={spent['train']:.1f} eval_s={spent['eval']:.1f} "
         f"training_s={spent['train'] - spent['eval']:.1f} process_s={time.perf_counter() - START:.1f}",

@@ -86,6 +86,11 @@ def test_the_race_against_mammoth_runs_both_sides_with_mammoths_effective_draw()
   ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w")
   assert "--config.method_args.minibatch_size=10" in ours and "--config.train.batch_size=10" in ours
   assert "--config.num_seeds=5" in against_mammoth.ours_command("seq-mnist", "er", 0, "/tmp/w", seeds=5)
+  # --published_draws: both sides draw the DER paper's 128 (mammoth_timed.py restores it after mammoth's override)
+  assert "--minibatch_size=128" in against_mammoth.mammoth_args("seq-mnist", "derpp", 0, published_draws=True)
+  ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w", published_draws=True)
+  assert "--config.method_args.minibatch_size=128" in ours and "--config.train.batch_size=10" in ours
+  assert against_mammoth.best("seq-mnist", "er", True)["mb"] == 10  # ER's published draw is its batch already
 
 
 def test_the_race_against_mammoth_times_a_warm_run_beside_the_cold_one_by_its_own_wall():

@@ -210,7 +210,7 @@ LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data
               "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0,  # flat() gives tuples as lists
               "model.hidden": [100, 100], "augment.train": True, "method_args.minibatch_size": 0,
               "method_args.alpha": 0.1, "method_args.beta": 0.5, "method_args.gamma": 0.5,
-              "method_args.gss_minibatch_size": 0, "method_args.hal_lambda": 0.1}
+              "method_args.gss_minibatch_size": 0, "method_args.hal_lambda": 0.1, "method_args.task_samples": 0}
 
 
 def _value(d: dict, key: str):

@@ -163,6 +163,10 @@ def test_threats_cells_differ_from_the_study_only_in_what_they_test():
   # Rotated MNIST under the study's published per-epoch cosine, as every equal-heads point
   assert (p.data.scenario, p.train.schedule) == ("domain", "published_epoch_cosine") == (
       sd.data.scenario, sd.train.schedule)
+  # A key added to the defaults since a shipped run was made is listed in LATER_KEYS at the value that run had:
+  # its config then hashes as it did (experiments.run names workdirs by the hash), and its checkpoints resume.
+  shipped = json.loads((cells[0].workdir(REPO / "results" / "threats") / "config.json").read_text())
+  assert config_lib.differing_keys(shipped, config_lib.flat(sd)) == []
   # Its row reads a finished Rotated MNIST run as every grid's does (a shipped lambda-grid run stands in).
   res = json.loads((threats.cells("lambda", range(1))[0].workdir(REPO / "results" / "threats") / "results.json")
                    .read_text())

@@ -35,6 +35,9 @@ Grids:
                one with the best mean validation accuracy of its own head (``choose_replay``).
   replay_weights  d600: DER++ at ER's chosen lr, (alpha, beta) in {(0.1, 0.5), (0.5, 0.5), (0.5, 1.0)}, seeds 0-2
                (runs once replay_lr's ER cells are whole).
+  replay_d2500  d2500: Co2L at lambda 0, ER at its chosen lr and DER++ at its chosen (alpha, beta) once d600 has
+               chosen them, seeds 0-2, paired with the tuned grid's SD and Co2L; draws of 40 (ER's 5 steps an epoch
+               then draw the memory's 200 rows, as Co2L's pool adds them).
 The cross-entropy methods read out by their own head (the cell's test figure), and by both probes of the others
 on their encoder's features (``lbfgs_probe``, ``sgd``).
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
@@ -132,6 +135,10 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   if grid == "replay_weights":
     lr = (chosen or {}).get("ER")
     return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
+  if grid == "replay_d2500":  # d600's choices carried to d2500, as the tuned grid carries the lambdas
+    lr, weights, draw = (chosen or {}).get("ER"), (chosen or {}).get("DER++"), REPLAY_DRAWS["d2500"]
+    return [("centred", v) for v in (lambda_variant("Co2L", 0.0), lr and er_variant(lr, draw),
+                                     lr and weights and derpp_variant(lr, *weights, draw=draw)) if v]
   if grid == "paper_steps_current":
     return [(h, Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))) for h in ("centred", "published")]
   if grid == "memory500_steps":  # the paper's second memory column at the paper-step point, the published lambda
@@ -143,16 +150,25 @@ REPLAY_LRS = (0.01, 0.03, 0.1)
 DERPP_WEIGHTS = ((0.1, 0.5), (0.5, 0.5), (0.5, 1.0))
 # The cross-entropy family at an equal-heads point: Co2L's network, schedule, augmentation and memory size; a draw of
 # 100 per step (two steps an epoch at d600: the 200 memory rows Co2L's pool adds); both probes beside the head.
-REPLAY_KEYS = (("method_args.minibatch_size", 100), ("eval.final_readouts", ("lbfgs", "sgd")))
+# The draw at each point: the memory's 200 rows over the steps of an epoch of the task's own digits in batches of
+# 512 (d600: 2 steps, d2500: 5).
+REPLAY_DRAWS = {"d600": 100, "d2500": 40}
 
 
-def er_variant(lr: float) -> Variant:
-  return Variant(f"ER lr{lam(lr)}", "er", (*REPLAY_KEYS, ("train.lr", lr)))
+def replay_keys(draw: int) -> tuple:
+  return (("method_args.minibatch_size", draw), ("eval.final_readouts", ("lbfgs", "sgd")))
 
 
-def derpp_variant(lr: float, alpha: float, beta: float) -> Variant:
+REPLAY_KEYS = replay_keys(REPLAY_DRAWS["d600"])
+
+
+def er_variant(lr: float, draw: int = REPLAY_DRAWS["d600"]) -> Variant:
+  return Variant(f"ER lr{lam(lr)}", "er", (*replay_keys(draw), ("train.lr", lr)))
+
+
+def derpp_variant(lr: float, alpha: float, beta: float, draw: int = REPLAY_DRAWS["d600"]) -> Variant:
   return Variant(f"DER++ lr{lam(lr)} a{lam(alpha)} b{lam(beta)}", "derpp",
-                 (*REPLAY_KEYS, ("train.lr", lr), ("method_args.alpha", alpha), ("method_args.beta", beta)))
+                 (*replay_keys(draw), ("train.lr", lr), ("method_args.alpha", alpha), ("method_args.beta", beta)))
 
 
 def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
@@ -172,10 +188,27 @@ def chosen_er_lr(rows) -> Optional[float]:
   return None if best is None else next(lr for lr in REPLAY_LRS if er_variant(lr).label == best[0])
 
 
+def chosen_derpp_weights(rows, lr: Optional[float]) -> Optional[tuple[float, float]]:
+  """DER++'s (alpha, beta) by its own head's mean validation accuracy at ER's chosen lr, once replay_weights is
+  whole."""
+  if lr is None:
+    return None
+  labels = {derpp_variant(lr, a, b).label: (a, b) for a, b in DERPP_WEIGHTS}
+  best = choose_replay(rows, "replay_weights", list(labels))
+  return None if best is None else labels[best[0]]
+
+
+def replay_choice(rows) -> dict:
+  """d600's replay choices as grid_variants reads them: {"ER": lr, "DER++": (alpha, beta)}, what is chosen yet."""
+  lr = chosen_er_lr(rows)
+  weights = chosen_derpp_weights(rows, lr)
+  return {**({"ER": lr} if lr else {}), **({"DER++": weights} if weights else {})}
+
+
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
 GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS,
          "memory500_steps": PAPER_STEPS, "paper_steps_current": PAPER_STEPS, "replay_lr": D600,
-         "replay_weights": D600}
+         "replay_weights": D600, "replay_d2500": D2500}
 
 
 def cells(grid: str, seeds, chosen=None) -> list[Cell]:
@@ -337,7 +370,11 @@ def table(rows, chosen) -> str:
   return "\n".join(lines)
 
 
-REPLAY_GRIDS = ("replay_lr", "replay_weights")
+REPLAY_GRIDS = ("replay_lr", "replay_weights", "replay_d2500")
+# Each replay grid's partners: the grid whose SD and Co2L its cells pair with (same point, seeds), and their labels
+# (None: the labels that grid holds, the tuned grid's chosen lambdas).
+REPLAY_PARTNERS = {"replay_lr": ("lambda", ("Co2L lambda1", "SD lambda5")),
+                   "replay_weights": ("lambda", ("Co2L lambda1", "SD lambda5")), "replay_d2500": ("tuned", None)}
 
 
 def _replay_section(rs, grid, every_row) -> list[str]:
@@ -355,17 +392,18 @@ def _replay_section(rs, grid, every_row) -> list[str]:
   lines += [aggregate.markdown_table(["method", "seeds", "validation head", "validation L-BFGS", "validation SGD",
                                       "test head", "test L-BFGS probe", "test SGD probe",
                                       "test last angle (its read-out)", "health"], body), ""]
-  diff = []
+  diff, (grid_b, others) = [], REPLAY_PARTNERS[grid]
+  others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
   for label in dict.fromkeys(r["method"] for r in rs):
-    for other in ("Co2L lambda1", "SD lambda5"):
+    for other in others:
       # m1: each method's own read-out (the cross-entropy head; Co2L's and SD's L-BFGS probe), as Table 1 reads them
       for metric, name in (("m1", "test, each its own read-out"), ("lbfgs_test", "test L-BFGS probe"),
                            ("lbfgs", "validation L-BFGS")):
-        d = paired(every_row, grid, label, other, metric, grid_b="lambda")
+        d = paired(every_row, grid, label, other, metric, grid_b=grid_b)
         if len(d) >= 2:
           diff.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
   if diff:
-    lines += ["### Paired differences (the lambda grid's Co2L and SD, same seeds)", "",
+    lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "",
               aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], diff), ""]
   return lines
 
@@ -461,8 +499,8 @@ def collect(out: pathlib.Path) -> tuple[list[dict], dict]:
   """Every finished cell's row (the tuned grid's once the lambda grid has chosen, replay_weights' once ER's lr is
   chosen) and the lambda choice."""
   rows = finished(out)
-  chosen, lr = choose(rows), chosen_er_lr(rows)
-  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **({"ER": lr} if lr else {})}), chosen
+  chosen = choose(rows)
+  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **replay_choice(rows)}), chosen
 
 
 def report(out: pathlib.Path) -> dict:
@@ -512,6 +550,12 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
       raise errors.ConfigError("--grids=replay_weights needs replay_lr's ER cells (every lr, the same seeds) "
                                "finished first")
     chosen = {"ER": lr}
+  if grid == "replay_d2500":
+    chosen = replay_choice(finished(out))
+    waiting = [m for m in ("ER", "DER++") if m not in chosen]
+    if waiting:
+      print(f"replay_d2500: {', '.join(waiting)} not chosen at d600 yet; running the cells that need no choice",
+            flush=True)
   for cell in cells(grid, seeds, chosen):
     if labels and cell.label not in labels:
       continue

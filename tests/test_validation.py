@@ -260,7 +260,7 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
   out = cli_in_process("experiments.threats", "--grids=bogus")
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps, "
-      "memory500_steps, paper_steps_current, replay_lr, replay_weights)"]
+      "memory500_steps, paper_steps_current, replay_lr, replay_weights, replay_d2500)"]
 
 
 def test_gm_boundary_table_by_hand(tmp_path):
@@ -321,3 +321,38 @@ def test_holm_power_and_welch_hand_values():
   # The paper's own SD − Co2L gap on R-MNIST: 98.80 (0.26) against 97.90 (1.92), 5 runs each
   t, dof, p = metrics.welch((98.80, 0.26, 5), (97.90, 1.92, 5))
   assert (t, dof) == pytest.approx((1.0387, 4.147), rel=1e-3) and p == pytest.approx(0.356, abs=0.005)
+
+
+def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_grid():
+  def row(grid, label, seed, m1, head_val, point="d600"):
+    return {"grid": grid, "method": label, "head": "centred", "seed": seed, "m1": m1, "m2": m1 + 5, "sgd": m1 + 1,
+            "lbfgs_test": m1 - 1, "sgd_last": None, "validation": {"head": head_val, "lbfgs": head_val - 1,
+                                                                  "sgd": head_val}, "flags": [], "raw_pixels": None,
+            "train_s": 1.0, "commit": "abc", "date": "2026-12-07", "point": point}
+  # ER's validation heads: lr 0.03 best (mean 86); DER++ at it: (0.5, 0.5) best. Test figures never read.
+  lr_rows = [row("replay_lr", threats.er_variant(lr).label, s, 99.0 - 10 * lr, v + s)
+             for lr, v in ((0.01, 80.0), (0.03, 85.0), (0.1, 84.0)) for s in range(3)]
+  assert threats.replay_choice(lr_rows) == {"ER": 0.03}
+  w_rows = [row("replay_weights", threats.derpp_variant(0.03, a, b).label, s, 50.0, v)
+            for (a, b), v in zip(threats.DERPP_WEIGHTS, (80.0, 88.0, 81.0)) for s in range(3)]
+  assert threats.replay_choice(lr_rows + w_rows) == {"ER": 0.03, "DER++": (0.5, 0.5)}
+  assert threats.replay_choice(lr_rows[:-1]) == {}  # lr 0.1 short of a seed: nothing chosen yet
+  # The cells: Co2L at lambda 0 needs no choice; ER and DER++ at d600's choices, drawing 40 (5 steps an epoch)
+  cells = lambda chosen: [(c.label, c.point, c.config().method_args.minibatch_size)
+                          for c in threats.cells("replay_d2500", range(1), chosen)]
+  d2500 = threats.D2500
+  assert cells({}) == [("Co2L lambda0", d2500, 0)]
+  assert cells(threats.replay_choice(lr_rows + w_rows)) == [
+      ("Co2L lambda0", d2500, 0), ("ER lr0.03", d2500, 40), ("DER++ lr0.03 a0.5 b0.5", d2500, 40)]
+  er = threats.cells("replay_d2500", range(1), {"ER": 0.03})[1].config()
+  tuned = threats.cells("tuned", range(1), {"SD": 0.5, "Co2L": 2.0})[1].config()
+  assert (er.data.train_per_class, er.train.epochs, er.memory.size) == (
+      tuned.data.train_per_class, tuned.train.epochs, tuned.memory.size)
+  # Paired with the tuned grid's SD and Co2L of the same seeds: ER − SD = (90 + s) − (87 + s) = +3 in each seed
+  rows = [row("replay_d2500", "ER lr0.03", s, 90.0 + s, 85.0, "d2500") for s in range(3)] + [
+      row("tuned", lb, s, v + s, 80.0, "d2500") for lb, v in (("SD lambda0.5", 87.0), ("Co2L lambda2", 89.0))
+      for s in range(3)]
+  text = threats.table(rows, {})
+  assert "### Paired differences (the tuned grid's Co2L and SD, same seeds)" in text
+  assert "| ER lr0.03 − SD lambda0.5 | test, each its own read-out | 3 | +3.00 [+3.00, +3.00] | above" in text
+  assert "| ER lr0.03 − Co2L lambda2 | test, each its own read-out | 3 | +1.00 [+1.00, +1.00] | above" in text

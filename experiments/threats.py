@@ -38,6 +38,8 @@ Grids:
   replay_d2500  d2500: Co2L at lambda 0, ER at its chosen lr and DER++ at its chosen (alpha, beta) once d600 has
                chosen them, seeds 0-2, paired with the tuned grid's SD and Co2L; draws of 40 (ER's 5 steps an epoch
                then draw the memory's 200 rows, as Co2L's pool adds them).
+  replay_paper_steps  the paper_steps point, centred head: as replay_d2500, paired with paper_steps' SD (onlypast)
+               and Co2L; draws of 2 (116 steps an epoch).
 The cross-entropy methods read out by their own head (the cell's test figure), and by both probes of the others
 on their encoder's features (``lbfgs_probe``, ``sgd``).
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
@@ -135,8 +137,8 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   if grid == "replay_weights":
     lr = (chosen or {}).get("ER")
     return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
-  if grid == "replay_d2500":  # d600's choices carried to d2500, as the tuned grid carries the lambdas
-    lr, weights, draw = (chosen or {}).get("ER"), (chosen or {}).get("DER++"), REPLAY_DRAWS["d2500"]
+  if grid in ("replay_d2500", "replay_paper_steps"):  # d600's choices carried on, as the tuned grid carries lambdas
+    lr, weights, draw = (chosen or {}).get("ER"), (chosen or {}).get("DER++"), REPLAY_DRAWS[GRIDS[grid].name]
     return [("centred", v) for v in (lambda_variant("Co2L", 0.0), lr and er_variant(lr, draw),
                                      lr and weights and derpp_variant(lr, *weights, draw=draw)) if v]
   if grid == "paper_steps_current":
@@ -151,8 +153,8 @@ DERPP_WEIGHTS = ((0.1, 0.5), (0.5, 0.5), (0.5, 1.0))
 # The cross-entropy family at an equal-heads point: Co2L's network, schedule, augmentation and memory size; a draw of
 # 100 per step (two steps an epoch at d600: the 200 memory rows Co2L's pool adds); both probes beside the head.
 # The draw at each point: the memory's 200 rows over the steps of an epoch of the task's own digits in batches of
-# 512 (d600: 2 steps, d2500: 5).
-REPLAY_DRAWS = {"d600": 100, "d2500": 40}
+# 512 (d600: 2 steps, d2500: 5, the paper-step point's 59,000 digits: 116).
+REPLAY_DRAWS = {"d600": 100, "d2500": 40, "p60k": 2}
 
 
 def replay_keys(draw: int) -> tuple:
@@ -208,7 +210,7 @@ def replay_choice(rows) -> dict:
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
 GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS,
          "memory500_steps": PAPER_STEPS, "paper_steps_current": PAPER_STEPS, "replay_lr": D600,
-         "replay_weights": D600, "replay_d2500": D2500}
+         "replay_weights": D600, "replay_d2500": D2500, "replay_paper_steps": PAPER_STEPS}
 
 
 def cells(grid: str, seeds, chosen=None) -> list[Cell]:
@@ -370,11 +372,12 @@ def table(rows, chosen) -> str:
   return "\n".join(lines)
 
 
-REPLAY_GRIDS = ("replay_lr", "replay_weights", "replay_d2500")
+REPLAY_GRIDS = ("replay_lr", "replay_weights", "replay_d2500", "replay_paper_steps")
 # Each replay grid's partners: the grid whose SD and Co2L its cells pair with (same point, seeds), and their labels
 # (None: the labels that grid holds, the tuned grid's chosen lambdas).
 REPLAY_PARTNERS = {"replay_lr": ("lambda", ("Co2L lambda1", "SD lambda5")),
-                   "replay_weights": ("lambda", ("Co2L lambda1", "SD lambda5")), "replay_d2500": ("tuned", None)}
+                   "replay_weights": ("lambda", ("Co2L lambda1", "SD lambda5")), "replay_d2500": ("tuned", None),
+                   "replay_paper_steps": ("paper_steps", ("Co2L", "SD onlypast"))}
 
 
 def _replay_section(rs, grid, every_row) -> list[str]:
@@ -550,11 +553,11 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
       raise errors.ConfigError("--grids=replay_weights needs replay_lr's ER cells (every lr, the same seeds) "
                                "finished first")
     chosen = {"ER": lr}
-  if grid == "replay_d2500":
+  if grid in ("replay_d2500", "replay_paper_steps"):
     chosen = replay_choice(finished(out))
     waiting = [m for m in ("ER", "DER++") if m not in chosen]
     if waiting:
-      print(f"replay_d2500: {', '.join(waiting)} not chosen at d600 yet; running the cells that need no choice",
+      print(f"{grid}: {', '.join(waiting)} not chosen at d600 yet; running the cells that need no choice",
             flush=True)
   for cell in cells(grid, seeds, chosen):
     if labels and cell.label not in labels:

@@ -260,7 +260,7 @@ def test_threats_bad_flags_are_one_line_and_exit_2():
   out = cli_in_process("experiments.threats", "--grids=bogus")
   assert out.returncode == 2 and out.stderr.strip().splitlines() == [
       "error: unknown --grids bogus (expected some of lambda, tuned, memory500, sdgm, paper_steps, "
-      "memory500_steps, paper_steps_current, replay_lr, replay_weights, replay_d2500)"]
+      "memory500_steps, paper_steps_current, replay_lr, replay_weights, replay_d2500, replay_paper_steps)"]
 
 
 def test_gm_boundary_table_by_hand(tmp_path):
@@ -328,7 +328,7 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
     return {"grid": grid, "method": label, "head": "centred", "seed": seed, "m1": m1, "m2": m1 + 5, "sgd": m1 + 1,
             "lbfgs_test": m1 - 1, "sgd_last": None, "validation": {"head": head_val, "lbfgs": head_val - 1,
                                                                   "sgd": head_val}, "flags": [], "raw_pixels": None,
-            "train_s": 1.0, "commit": "abc", "date": "2026-12-07", "point": point}
+            "train_s": 1.0, "commit": "abc", "date": "2026-12-07", "point": point, "final_row": [m1] * 5}
   # ER's validation heads: lr 0.03 best (mean 86); DER++ at it: (0.5, 0.5) best. Test figures never read.
   lr_rows = [row("replay_lr", threats.er_variant(lr).label, s, 99.0 - 10 * lr, v + s)
              for lr, v in ((0.01, 80.0), (0.03, 85.0), (0.1, 84.0)) for s in range(3)]
@@ -356,3 +356,12 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   assert "### Paired differences (the tuned grid's Co2L and SD, same seeds)" in text
   assert "| ER lr0.03 − SD lambda0.5 | test, each its own read-out | 3 | +3.00 [+3.00, +3.00] | above" in text
   assert "| ER lr0.03 − Co2L lambda2 | test, each its own read-out | 3 | +1.00 [+1.00, +1.00] | above" in text
+  # The paper-step point: the same cells drawing 2 a step (116 steps an epoch), paired with paper_steps' runs
+  steps = threats.cells("replay_paper_steps", range(1), {"ER": 0.03})
+  assert [(c.label, c.point, c.config().method_args.minibatch_size) for c in steps] == [
+      ("Co2L lambda0", threats.PAPER_STEPS, 0), ("ER lr0.03", threats.PAPER_STEPS, 2)]
+  rows = [row("replay_paper_steps", "ER lr0.03", s, 97.0, 85.0, "p60k") for s in range(2)] + [
+      row("paper_steps", lb, s, v, 80.0, "p60k") for lb, v in (("SD onlypast", 96.0), ("Co2L", 95.5)) for s in range(2)]
+  text = threats.table(rows, {})
+  assert "### Paired differences (the paper_steps grid's Co2L and SD, same seeds)" in text
+  assert "| ER lr0.03 − SD onlypast | test, each its own read-out | 2 | +1.00 [+1.00, +1.00] | above" in text

@@ -150,18 +150,14 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
 
 REPLAY_LRS = (0.01, 0.03, 0.1)
 DERPP_WEIGHTS = ((0.1, 0.5), (0.5, 0.5), (0.5, 1.0))
-# The cross-entropy family at an equal-heads point: Co2L's network, schedule, augmentation and memory size; a draw of
-# 100 per step (two steps an epoch at d600: the 200 memory rows Co2L's pool adds); both probes beside the head.
-# The draw at each point: the memory's 200 rows over the steps of an epoch of the task's own digits in batches of
-# 512 (d600: 2 steps, d2500: 5, the paper-step point's 59,000 digits: 116).
+# The cross-entropy family at an equal-heads point: Co2L's network, schedule, augmentation and memory size; both
+# probes beside the head; a draw per step that takes the memory's 200 rows once an epoch, as Co2L's pool holds them
+# (an epoch of the task's own digits in batches of 512: d600 2 steps, d2500 5, the paper-step point's 59,000: 116).
 REPLAY_DRAWS = {"d600": 100, "d2500": 40, "p60k": 2}
 
 
 def replay_keys(draw: int) -> tuple:
   return (("method_args.minibatch_size", draw), ("eval.final_readouts", ("lbfgs", "sgd")))
-
-
-REPLAY_KEYS = replay_keys(REPLAY_DRAWS["d600"])
 
 
 def er_variant(lr: float, draw: int = REPLAY_DRAWS["d600"]) -> Variant:

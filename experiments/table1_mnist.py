@@ -33,11 +33,10 @@ FLAGS = flags.FLAGS
 BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": ("rot_mnist", ("domain_il",))}
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
 METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR",
-           "gss": "GSS", "hal": "HAL"}
+           "gss": "GSS", "hal": "HAL", "agem_batch": "A-GEM (a batch a task)"}
 MEMORIES = (200, 500)
 # A reading of an ambiguous method, run as its own row: name -> the registry's method it runs.
 VARIANTS = {"agem_batch": "agem"}  # A-GEM offered one training batch of each ended task (mammoth today)
-METHODS["agem_batch"] = "A-GEM (a batch a task)"
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory
 # draw's rows (mb), alpha, beta; the bounds' under memory 0.

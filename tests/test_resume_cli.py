@@ -17,10 +17,10 @@ pytestmark = pytest.mark.xdist_group("resume_cli")
 
 # sd_gm: the resumed run must also restore the SD mask and the GM salience held in the optimizer state.
 # No raw-pixel baseline: a fit of the probe's rows (the probe checks those already) that took ~3 s in each of
-# the four processes that reach the end.
+# the four processes that reach the end. The MLP encoder of the loop's mechanics tests (conftest.MLP).
 ARGS = ["--config=configs/tiny.py", "--config.data.num_tasks=2", "--config.train.epochs_first=2",
         "--config.train.epochs=1", "--config.train.checkpoint_every_steps=8", "--config.method=sd_gm",
-        "--config.eval.raw_pixels=False"]
+        "--config.eval.raw_pixels=False", "--config.model.name=mlp", "--config.model.hidden=(64,)"]
 
 
 def main(workdir, *extra, fault=None):

@@ -16,7 +16,7 @@ from tests.conftest import tiny_config
 pytestmark = pytest.mark.trajectory
 
 BASE = {"data.num_tasks": 2, "method": "sd", "progress": False, "train.epochs_first": 1, "train.epochs": 1,
-        "eval.raw_pixels": False, "seeds_mode": "vmap"}
+        "eval.raw_pixels": False, "seeds_mode": "vmap", "model.name": "mlp", "model.hidden": (64,)}
 
 
 def test_vmapped_seeds_equal_separate_runs_and_resume_after_a_crash_between_seeds(tmp_path, monkeypatch):

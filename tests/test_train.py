@@ -20,7 +20,7 @@ from lasp_jax.loop.train_state import make_optimizer
 from lasp_jax.method import features, lookahead, mask_search, modulation, pools
 from lasp_jax.platform import files
 from lasp_jax.platform.optim import with_learning_rate
-from tests.conftest import Run, placed_chunk, strip_timing, tiny_config, two_tasks
+from tests.conftest import MLP, Run, mlp_two_tasks, placed_chunk, strip_timing, tiny_config, two_tasks
 
 # One xdist worker for this module (`--dist loadgroup`): its module fixture, a training run, is then built once.
 pytestmark = [pytest.mark.xdist_group("train"), pytest.mark.trajectory]
@@ -105,7 +105,7 @@ def test_runs_of_equal_settings_share_one_compiled_chunk(tmp_path):
 
 @pytest.mark.parametrize("method", ["co2l", "gm", "sd_gm"])
 def test_every_method_runs(tmp_path, method):
-  config = two_tasks(method=method)
+  config = mlp_two_tasks(method=method)
   run = Run(config, tmp_path)
   results = run.run()
   assert results["method"] == method
@@ -159,7 +159,7 @@ def test_domain_incremental_run(tmp_path):
 
 def _step_setup(method, steps_per_call=1, **kw):
   """A 2-task run of ``method`` and its first chunk and a past model, placed as the run places them."""
-  run = Run(two_tasks(method=method, **kw), tempfile.mkdtemp())
+  run = Run(mlp_two_tasks(method=method, **kw), tempfile.mkdtemp())
   return (run, *placed_chunk(run, steps_per_call))
 
 
@@ -172,7 +172,7 @@ def test_sd_with_every_dim_selected_equals_co2l():
     state, m = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, chunk, steps.pad_lrs([0.05], 1))
     outs.append((state.params, m))
   np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5)
-  # The subset's renormalization rounds differently from the full norm (~1e-7); BatchNorm's batch statistics
+  # The subset's renormalization rounds differently from the full norm (~1e-7); a BatchNorm net's batch statistics
   # amplify that in the gradient. A real difference between the losses would move the weights by ~1e-2.
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), outs[0][0], outs[1][0])
 
@@ -320,10 +320,11 @@ def test_cifar10_config_input_path_on_tfds_mock_data(tmp_path):
   c = cifar10.get_config()
   c.data.source = "tfds"
   c.data.num_tasks = 2  # the input path is the point; 2 tasks keep it short
-  # Finetune: one train program for both tasks (no past model, no mask search); ResNet-18's chunk with a past
-  # model is compiled by tests/helpers/multidevice_check.py, SD on CIFAR-shaped data by test_experiments' tiny runs.
+  # Finetune: one train program for both tasks (no past model, no mask search). The MLP encoder (conftest.MLP):
+  # ResNet-18's chunk is compiled by tests/helpers/multidevice_check.py, SD on CIFAR-shaped data by
+  # test_experiments' tiny runs.
   c.method = "finetune"
-  c.model.width, c.model.num_blocks, c.model.embedding_dim = 0.0625, (1, 1), 16
+  c.model.name, c.model.hidden, c.model.embedding_dim = MLP["model.name"], MLP["model.hidden"], 16
   c.train.batch_size, c.train.epochs_first, c.train.epochs, c.train.warmup_epochs = 16, 1, 1, 1
   c.memory.size, c.lasp.restarts, c.lasp.steps = 10, 4, 3
   c.eval.epochs, c.eval.augment, c.progress = 2, False, False
@@ -365,7 +366,7 @@ def test_a_chunks_padded_tail_steps_do_not_run():
   # The padded steps get a non-zero lr: they must not run whatever it is.
   s4, m4 = run.chunk_fn(run.state, past, jnp.ones(d, bool), run.data, padded, jnp.array([0.05, 0.04, 0.5, 0.5]))
   m2 = []
-  for i, lr in enumerate([0.05, 0.04]):  # the tiny config's one-step chunk: test_every_method_runs compiled it
+  for i, lr in enumerate([0.05, 0.04]):  # the one-step chunk test_every_method_runs[co2l] compiled
     one = jax.device_put(steps.Batch(*[f[i:i + 1] for f in two]), run.batch_sharding)
     s2, m = run.chunk_fn(s2, past, jnp.ones(d, bool), run.data, one, steps.pad_lrs([lr], 1))
     m2.append(m[0])
@@ -397,7 +398,8 @@ def test_the_short_last_step_becomes_a_chunk_of_its_rows(tmp_path):
 def test_a_short_last_step_at_its_rows_equals_it_padded_to_the_batch():
   """The tail step (46 rows in 48) against the same step padded to 64: the same augmentation (drawn for 64
   rows), losses and update, up to float summation order. Drawing the tail's augmentation for its own 48 rows
-  instead moves the loss by 6e-2; the tail and padded steps differ by 4e-5."""
+  instead moves the loss by 2.5e-2; the tail and padded steps' metrics and updates differ by 7e-7 (MLP encoder;
+  the tiny conv net's BatchNorm amplified that rounding to 4e-5)."""
   run, _, past = _step_setup("co2l")
   pool = pools.training_pool(run.stream, run.memory, 0)
   b = steps.epoch_batches(pool, 64, 1, np.random.default_rng(0))
@@ -409,7 +411,7 @@ def test_a_short_last_step_at_its_rows_equals_it_padded_to_the_batch():
     chunk = jax.device_put(steps.Batch(*[f[:, :rows] for f in last]), run.batch_sharding)
     outs.append(run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, jnp.ones(d, bool), run.data, chunk, lr))
   (s64, m64), (s48, m48) = outs
-  np.testing.assert_allclose(m48, m64, rtol=1e-4)  # BatchNorm amplifies rounding in the gradient norm (2e-5)
+  np.testing.assert_allclose(m48, m64, rtol=1e-4)  # a BatchNorm net amplifies rounding in the gradient norm (2e-5)
   flat = lambda s: np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree.leaves(s.params), jax.tree.leaves(start))])
   u48, u64 = flat(s48), flat(s64)  # the updates
   assert np.linalg.norm(u48 - u64) < 1e-3 * np.linalg.norm(u64)
@@ -423,7 +425,7 @@ def test_a_short_last_step_at_its_rows_equals_it_padded_to_the_batch():
 def test_a_run_with_tail_steps_interrupted_mid_epoch_resumes_exactly(tmp_path, monkeypatch):
   """Tail steps (task 0: 46 rows in 48; task 1 with its memory: 22 in 32) in a run killed after step 10 of
   task 0's first epoch: resumed from that mid-epoch checkpoint, it equals the uninterrupted run."""
-  config = two_tasks(**{"train.tail_multiple": 16, "train.checkpoint_every_steps": 5, "eval.raw_pixels": False})
+  config = mlp_two_tasks(**{"train.tail_multiple": 16, "train.checkpoint_every_steps": 5, "eval.raw_pixels": False})
   want = Run(config, tmp_path / "ref").run()
   monkeypatch.setenv("LASP_FAULT_MODE", "raise")
   monkeypatch.setenv("LASP_FAULT", "step:0:0:10")

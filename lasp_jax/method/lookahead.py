@@ -111,9 +111,10 @@ def boundary(key, model, variables, data: DeviceData, rows: Batch, *, aug_cfg, l
 
 def weight_fraction_frozen(gamma) -> float:
   """Fraction of modulated weights with gamma >= 1 (fully frozen by GM)."""
-  leaves = [l for p, l in jax.tree_util.tree_leaves_with_path(gamma) if is_weight_path(p)]
+  # On the host: op by op on the device, each leaf's shape compiled programs of its own.
+  leaves = [np.asarray(l) for p, l in jax.tree_util.tree_leaves_with_path(gamma) if is_weight_path(p)]
   total = sum(l.size for l in leaves)
-  return float(sum(jnp.sum(l >= 1) for l in leaves) / max(total, 1))
+  return float(sum(int(np.sum(l >= 1)) for l in leaves) / max(total, 1))
 
 
 def gamma_by_layer(gamma) -> dict:
@@ -123,8 +124,9 @@ def gamma_by_layer(gamma) -> dict:
   for path, leaf in jax.tree_util.tree_leaves_with_path(gamma):
     if is_weight_path(path):
       name = "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
-      out[name] = {"frozen": round(float(jnp.mean(leaf >= 1)), 4), "mean": round(float(jnp.mean(leaf)), 4),
-                   "max": round(float(jnp.max(leaf)), 4), "size": int(leaf.size)}
+      leaf = np.asarray(leaf)  # on the host, as weight_fraction_frozen
+      out[name] = {"frozen": round(float(np.mean(leaf >= 1)), 4), "mean": round(float(np.mean(leaf)), 4),
+                   "max": round(float(np.max(leaf)), 4), "size": int(leaf.size)}
   return out
 
 

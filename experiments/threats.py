@@ -410,8 +410,9 @@ def _replay_section(rs, grid, every_row) -> list[str]:
 def _complete(rows) -> tuple[list[dict], list[dict]]:
   """(rows, pending): a grid's rows whose seed every compared method of their head has finished, and the rest,
   so that each head's means run over the same seeds (the bounds, seed 0 only, are not waited for). The lanes run
-  seed-major, so a method still running is at most one seed behind; one further behind (a weight added to a grid
-  later) waits whole rather than shrink the others' means to its first seeds."""
+  seed-major: while most methods still lack a seed the others have, that seed waits. A method further behind, or
+  one of a few one seed behind (weights added to a grid later), waits whole rather than shrink the others' means
+  to its first seeds."""
   seeds = {}
   for r in rows:
     if r["method"] not in BOUNDS:
@@ -419,7 +420,9 @@ def _complete(rows) -> tuple[list[dict], list[dict]]:
   later, shared = set(), {}
   for h, by_method in seeds.items():
     every = set.union(*by_method.values())
-    later |= {(h, m) for m, s in by_method.items() if len(every - s) > 1}
+    behind = {m: len(every - s) for m, s in by_method.items()}
+    few = 2 * sum(b == 1 for b in behind.values()) < sum(b <= 1 for b in behind.values())
+    later |= {(h, m) for m, b in behind.items() if b > 1 or (b == 1 and few)}
     shared[h] = set.intersection(*(s for m, s in by_method.items() if (h, m) not in later))
   keep = [r["method"] in BOUNDS or ((r["head"], r["method"]) not in later and r["seed"] in shared[r["head"]])
           for r in rows]

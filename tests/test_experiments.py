@@ -490,3 +490,17 @@ def test_table1_mnist_verdicts_by_hand_and_every_published_cell_listed():
   c, ref = t1.config("seq-mnist", "agem_batch", 200, 0), t1.config("seq-mnist", "agem", 200, 0)
   assert (c.method, c.method_args.task_samples, ref.method_args.task_samples) == ("agem", 10, 0)
   assert c.train.batch_size == 10 and t1.config("rot-mnist", "agem_batch", 500, 0).method_args.task_samples == 128
+
+
+def test_threats_means_wait_for_a_seed_most_methods_lack_and_leave_out_the_few_behind():
+  from experiments import threats  # noqa: PLC0415
+  rows = lambda have: [{"method": m, "head": "centred", "seed": k} for m, ks in have.items() for k in ks]
+  kept = lambda have: sorted((r["method"], r["seed"]) for r in threats._complete(rows(have))[0])
+  # Seed-major lanes mid-seed: two of three methods still lack seed 2, so it waits for all.
+  assert kept({"a": [0, 1, 2], "b": [0, 1], "c": [0, 1]}) == [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0),
+                                                                ("c", 1)]
+  # One of three one seed behind (a weight added later), another two behind: both wait whole, the rest keep 3.
+  assert kept({"a": [0, 1, 2], "b": [0, 1, 2], "c": [0, 1], "d": [0]}) == [("a", 0), ("a", 1), ("a", 2), ("b", 0),
+                                                                           ("b", 1), ("b", 2)]
+  # Half behind: the seed waits (the lanes' own order), and a bound's lone seed is never waited for.
+  assert kept({"a": [0, 1], "b": [0], "finetune": [0]}) == [("a", 0), ("b", 0), ("finetune", 0)]

@@ -211,7 +211,7 @@ def test_nan_loss_stops_with_a_clear_message(tmp_path):
 
 def test_nan_in_a_later_task_names_the_last_good_checkpoint(tmp_path):
   """Task 0 trains and is checkpointed; task 1 diverges: the error names that checkpoint, which restores."""
-  config = two_tasks(method="co2l")
+  config = mlp_two_tasks(method="co2l")
   run = Run(config, tmp_path)
   real = run.chunk_fn
 

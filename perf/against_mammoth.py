@@ -16,6 +16,7 @@ both evaluate after every task. ``--five_seeds``: that cell's seeds 0-4 as one v
 time with the compilation cache on (the library's default), filled beforehand by an untimed run of the cell at
 another seed: a grid's every run after its first compiles nothing. ``--published_draws``: both sides draw the DER
 paper's ``minibatch_size`` (mammoth through perf/mammoth_timed.py, which restores it after mammoth's override).
+``--set=alpha=0``: the same change to every cell's best arguments on both sides (e.g. DER++ without its logit term).
 Pause background work for its minutes.
 """
 
@@ -39,8 +40,10 @@ from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 FLAGS = flags.FLAGS
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CELLS = {"seq-er": ("seq-mnist", "er"), "seq-derpp": ("seq-mnist", "derpp"), "rot-er": ("rot-mnist", "er"),
-         "rot-derpp": ("rot-mnist", "derpp")}
+         "rot-derpp": ("rot-mnist", "derpp"), "seq-der": ("seq-mnist", "der")}
 MEMORY = 200
+ARGS = ("lr", "bs", "mb", "alpha", "beta")
+OVERRIDES: dict = {}  # --set: the same change to every cell's best arguments, on both sides
 
 
 def define_flags():
@@ -51,13 +54,30 @@ def define_flags():
   flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
   flags.DEFINE_bool("published_draws", False, "Both sides draw the DER paper's minibatch_size, not the batch size.")
   flags.DEFINE_bool("warm", False, "Also time each lasp_jax run with a compilation cache filled at another seed.")
+  flags.DEFINE_list("set", [], f"KEY=VALUE changes to every cell's best arguments on both sides, KEY one of "
+                    f"{', '.join(ARGS)}: e.g. alpha=0 (DER++ without its logit term).")
 
 
 def best(bench: str, method: str, published_draws: bool = False) -> dict:
   """The cell's best arguments as mammoth runs them (its draw is as large as its batch), or with
   ``published_draws`` as the DER paper ran them (perf/mammoth_timed.py then puts mammoth's draw size back)."""
   a = dict(table1_mnist.BEST_ARGS[(bench, method, MEMORY)])
-  return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"]}
+  return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"], **OVERRIDES}
+
+
+def parse_overrides(items) -> dict:
+  """``--set``'s KEY=VALUE items as {key: number} (ConfigError naming the first bad one)."""
+  out = {}
+  for item in items:
+    key, _, value = item.partition("=")
+    try:
+      number = float(value)
+    except ValueError:
+      number = None
+    if key not in ARGS or number is None:
+      raise errors.ConfigError(f"--set={item}: expected KEY=NUMBER with KEY one of {', '.join(ARGS)}")
+    out[key] = int(number) if key in ("bs", "mb") else number
+  return out
 
 
 def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, cache: str = "",
@@ -165,6 +185,7 @@ def main(argv):
   bad = [c for c in FLAGS.cells + ([FLAGS.five_seeds] if FLAGS.five_seeds else []) if c not in CELLS]
   if bad:
     raise errors.ConfigError(f"unknown cell {', '.join(bad)}; expected some of {', '.join(CELLS)}")
+  OVERRIDES.update(parse_overrides(FLAGS.set))
   if not FLAGS.mammoth or not (pathlib.Path(FLAGS.mammoth) / "venv" / "bin" / "python").exists():
     raise errors.ConfigError("--mammoth must name a folder set up by run_mammoth.sh SCRATCH setup (venv/, mammoth/)")
   scratch = tempfile.mkdtemp(prefix="against_mammoth_")

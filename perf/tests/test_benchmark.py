@@ -69,7 +69,10 @@ def test_the_race_rows_divide_each_sides_own_times():
 
 
 @pytest.mark.parametrize("args,line", [
-    (["--cells=seq-er,nope"], "error: unknown cell nope; expected some of seq-er, seq-derpp, rot-er, rot-derpp"),
+    (["--cells=seq-er,nope"], "error: unknown cell nope; expected some of seq-er, seq-derpp, rot-er, rot-derpp, "
+                              "seq-der"),
+    (["--set=gamma=1"], "error: --set=gamma=1: expected KEY=NUMBER with KEY one of lr, bs, mb, alpha, beta"),
+    (["--set=alpha=x"], "error: --set=alpha=x: expected KEY=NUMBER with KEY one of lr, bs, mb, alpha, beta"),
     (["--mammoth=/nonexistent"], "error: --mammoth must name a folder set up by run_mammoth.sh SCRATCH setup "
                                  "(venv/, mammoth/)"),
 ])
@@ -91,6 +94,16 @@ def test_the_race_against_mammoth_runs_both_sides_with_mammoths_effective_draw()
   ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w", published_draws=True)
   assert "--config.method_args.minibatch_size=128" in ours and "--config.train.batch_size=10" in ours
   assert against_mammoth.best("seq-mnist", "er", True)["mb"] == 10  # ER's published draw is its batch already
+
+
+def test_the_race_against_mammoth_sets_one_change_on_both_sides(monkeypatch):
+  from perf import against_mammoth  # noqa: PLC0415
+  monkeypatch.setattr(against_mammoth, "OVERRIDES", against_mammoth.parse_overrides(["alpha=0", "mb=32"]))
+  assert {"--alpha=0.0", "--beta=1.0", "--minibatch_size=32"} <= set(against_mammoth.mammoth_args("seq-mnist", "derpp",
+                                                                                                   0))
+  ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w")
+  assert {"--config.method_args.alpha=0.0", "--config.method_args.beta=1.0",
+          "--config.method_args.minibatch_size=32"} <= set(ours)
 
 
 def test_the_race_against_mammoth_times_a_warm_run_beside_the_cold_one_by_its_own_wall():

@@ -359,6 +359,7 @@ def table(rows, chosen) -> str:
     if waiting:
       lines += ["Provisional: " + "; ".join(f"{m}'s lambda {', '.join(lam(w) for w in ws)} still running" for m, ws
                                             in waiting.items()) + ".", ""]
+  lines += _replay_choice_section(rows)
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
        "commit", "date"],
@@ -405,6 +406,25 @@ def _replay_section(rs, grid, every_row) -> list[str]:
     lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "",
               aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], diff), ""]
   return lines
+
+
+def _replay_choice_section(rows) -> list[str]:
+  """ER's learning rate and DER++'s weights as chosen for the later replay grids, with each candidate's mean
+  validation accuracy by its own head; nothing while a choice waits for seeds."""
+  lr = chosen_er_lr(rows)
+  picks = [("ER", "learning rate", "replay_lr", {er_variant(x).label: f"{x:g}" for x in REPLAY_LRS})]
+  if lr is not None:
+    picks.append(("DER++", "alpha, beta", "replay_weights",
+                  {derpp_variant(lr, a, b).label: f"{a:g}, {b:g}" for a, b in DERPP_WEIGHTS}))
+  body = []
+  for method, what, grid, labels in picks:
+    best = choose_replay(rows, grid, list(labels))
+    if best:
+      body.append([method, f"{what} {labels[best[0]]}", ", ".join(f"{labels[k]}: {v:.2f}" for k, v in best[1].items())])
+  if not body:
+    return []
+  return ["## The replay methods' choice (validation only, each by its own head)", "",
+          aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
 
 
 def _complete(rows) -> tuple[list[dict], list[dict]]:

@@ -504,3 +504,17 @@ def test_threats_means_wait_for_a_seed_most_methods_lack_and_leave_out_the_few_b
                                                                            ("b", 1), ("b", 2)]
   # Half behind: the seed waits (the lanes' own order), and a bound's lone seed is never waited for.
   assert kept({"a": [0, 1], "b": [0], "finetune": [0]}) == [("a", 0), ("b", 0), ("finetune", 0)]
+
+
+def test_threats_table_names_ers_chosen_learning_rate_once_every_rate_has_the_same_seeds():
+  from experiments import threats  # noqa: PLC0415
+  row = lambda lr, seed, head: {"grid": "replay_lr", "method": threats.er_variant(lr).label, "seed": seed,
+                                "validation": {"head": head}, "flags": []}
+  rows = [row(0.01, s, 80.0) for s in (0, 1)] + [row(0.03, s, h) for s, h in ((0, 91.0), (1, 83.0))]
+  rows += [row(0.1, 0, 88.0)]
+  assert threats._replay_choice_section(rows) == []  # lr 0.1 lacks seed 1: no choice yet
+  rows += [row(0.1, 1, 87.0)]
+  # The best mean picks (0.1's 87.50 over 0.03's 87.00), not the best single run (0.03's 91).
+  assert "\n".join(threats._replay_choice_section(rows)).splitlines()[2:] == [
+      "| method | chosen | mean validation accuracy |", "|---|---|---|",
+      "| ER | learning rate 0.1 | 0.01: 80.00, 0.03: 87.00, 0.1: 87.50 |"]

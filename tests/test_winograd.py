@@ -79,12 +79,13 @@ def test_routes_only_plain_3x3_stride1_convolutions():
 
 
 def test_resnet_with_the_switch_matches_the_direct_net():
-  """The same parameters through a ResNet whose 3x3 stride-1 convolutions are F(4x4): the loss and parameter
+  """The same parameters through a ResNet whose 3x3 stride-1 convolutions are F(2x2): the loss and parameter
   gradients agree to float32 rounding."""
   # One stage of one block, 16 channels: the stem (3 channels) keeps the direct convolution, the block's two take
-  # Winograd; a small compile.
+  # Winograd; a small compile. F(2x2): the routing is the same for both sizes, and winograd.conv3x3's F(4x4) is
+  # checked on its own above (through the net its program compiled in 16 s against 8 s on the 2-core AMD EPYC).
   nets = {w: models.build_model(tiny_config(**{"model.name": "resnet18", "model.width": 0.25,
-                                                "model.num_blocks": (1,), "model.winograd": w})) for w in (0, 4)}
+                                                "model.num_blocks": (1,), "model.winograd": w})) for w in (0, 2)}
   x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 8, 8, 3)), jnp.float32)
   v = init(nets[0], x)
 
@@ -92,7 +93,7 @@ def test_resnet_with_the_switch_matches_the_direct_net():
     out, _ = net.apply(v, x, mutable=["batch_stats"])
     return jnp.sum(jnp.sin(out[1]))
 
-  (l0, g0), (l4, g4) = (jax.jit(jax.value_and_grad(lambda v, n=nets[w]: loss(n, v)))(v) for w in (0, 4))
-  np.testing.assert_allclose(l4, l0, rtol=1e-4)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max()), g4, g0)
-  assert nets[0].encoder.conv_fn is conv_grad_conv and nets[4].encoder.conv_fn is not conv_grad_conv
+  (l0, g0), (l2, g2) = (jax.jit(jax.value_and_grad(lambda v, n=nets[w]: loss(n, v)))(v) for w in (0, 2))
+  np.testing.assert_allclose(l2, l0, rtol=1e-4)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4 * np.abs(b).max()), g2, g0)
+  assert nets[0].encoder.conv_fn is conv_grad_conv and nets[2].encoder.conv_fn is not conv_grad_conv

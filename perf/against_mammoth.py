@@ -62,7 +62,9 @@ def best(bench: str, method: str, published_draws: bool = False) -> dict:
   """The cell's best arguments as mammoth runs them (its draw is as large as its batch), or with
   ``published_draws`` as the DER paper ran them (perf/mammoth_timed.py then puts mammoth's draw size back)."""
   a = dict(table1_mnist.BEST_ARGS[(bench, method, MEMORY)])
-  return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"], **OVERRIDES}
+  # --set's alpha or beta only where the method has them (mammoth refuses an argument its method lacks)
+  mine = {k: v for k, v in OVERRIDES.items() if k in ("lr", "bs", "mb") or k in a}
+  return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"], **mine}
 
 
 def parse_overrides(items) -> dict:

@@ -104,6 +104,7 @@ def test_the_race_against_mammoth_sets_one_change_on_both_sides(monkeypatch):
   ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w")
   assert {"--config.method_args.alpha=0.0", "--config.method_args.beta=1.0",
           "--config.method_args.minibatch_size=32"} <= set(ours)
+  assert not any(a.startswith("--alpha") for a in against_mammoth.mammoth_args("seq-mnist", "er", 0))  # ER has none
 
 
 def test_the_race_against_mammoth_times_a_warm_run_beside_the_cold_one_by_its_own_wall():

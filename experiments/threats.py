@@ -181,9 +181,19 @@ def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
   return (max(means, key=means.get), means) if means else None
 
 
+def er_candidates() -> dict:
+  """replay_lr's ER cells: label -> learning rate."""
+  return {er_variant(lr).label: lr for lr in REPLAY_LRS}
+
+
+def derpp_candidates(lr: float) -> dict:
+  """replay_weights' DER++ cells at ER's lr: label -> (alpha, beta)."""
+  return {derpp_variant(lr, a, b).label: (a, b) for a, b in DERPP_WEIGHTS}
+
+
 def chosen_er_lr(rows) -> Optional[float]:
-  best = choose_replay(rows, "replay_lr", [er_variant(lr).label for lr in REPLAY_LRS])
-  return None if best is None else next(lr for lr in REPLAY_LRS if er_variant(lr).label == best[0])
+  best = choose_replay(rows, "replay_lr", list(er_candidates()))
+  return None if best is None else er_candidates()[best[0]]
 
 
 def chosen_derpp_weights(rows, lr: Optional[float]) -> Optional[tuple[float, float]]:
@@ -191,9 +201,8 @@ def chosen_derpp_weights(rows, lr: Optional[float]) -> Optional[tuple[float, flo
   whole."""
   if lr is None:
     return None
-  labels = {derpp_variant(lr, a, b).label: (a, b) for a, b in DERPP_WEIGHTS}
-  best = choose_replay(rows, "replay_weights", list(labels))
-  return None if best is None else labels[best[0]]
+  best = choose_replay(rows, "replay_weights", list(derpp_candidates(lr)))
+  return None if best is None else derpp_candidates(lr)[best[0]]
 
 
 def replay_choice(rows) -> dict:
@@ -411,20 +420,24 @@ def _replay_section(rs, grid, every_row) -> list[str]:
 def _replay_choice_section(rows) -> list[str]:
   """ER's learning rate and DER++'s weights as chosen for the later replay grids, with each candidate's mean
   validation accuracy by its own head; nothing while a choice waits for seeds."""
-  lr = chosen_er_lr(rows)
-  picks = [("ER", "learning rate", "replay_lr", {er_variant(x).label: f"{x:g}" for x in REPLAY_LRS})]
-  if lr is not None:
-    picks.append(("DER++", "alpha, beta", "replay_weights",
-                  {derpp_variant(lr, a, b).label: f"{a:g}, {b:g}" for a, b in DERPP_WEIGHTS}))
-  body = []
-  for method, what, grid, labels in picks:
-    best = choose_replay(rows, grid, list(labels))
-    if best:
-      body.append([method, f"{what} {labels[best[0]]}", ", ".join(f"{labels[k]}: {v:.2f}" for k, v in best[1].items())])
-  if not body:
+  ers = er_candidates()
+  er = choose_replay(rows, "replay_lr", list(ers))
+  if er is None:
     return []
+  lr = ers[er[0]]
+  body = [_choice_row("ER", "learning rate", er, {k: f"{v:g}" for k, v in ers.items()})]
+  weights = {k: f"{a:g}, {b:g}" for k, (a, b) in derpp_candidates(lr).items()}
+  derpp = choose_replay(rows, "replay_weights", list(weights))
+  if derpp:
+    body.append(_choice_row("DER++", "alpha, beta", derpp, weights))
   return ["## The replay methods' choice (validation only, each by its own head)", "",
           aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
+
+
+def _choice_row(method: str, what: str, best: tuple, names: dict) -> list[str]:
+  """A row of that table: the chosen candidate (``best``: choose_replay's) by ``names`` and every candidate's mean."""
+  label, means = best
+  return [method, f"{what} {names[label]}", ", ".join(f"{names[k]}: {v:.2f}" for k, v in means.items())]
 
 
 def _complete(rows) -> tuple[list[dict], list[dict]]:

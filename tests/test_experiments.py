@@ -518,3 +518,9 @@ def test_threats_table_names_ers_chosen_learning_rate_once_every_rate_has_the_sa
   assert "\n".join(threats._replay_choice_section(rows)).splitlines()[2:] == [
       "| method | chosen | mean validation accuracy |", "|---|---|---|",
       "| ER | learning rate 0.1 | 0.01: 80.00, 0.03: 87.00, 0.1: 87.50 |"]
+  # DER++'s weights, at ER's chosen lr 0.1, once replay_weights is whole
+  rows += [{"grid": "replay_weights", "method": threats.derpp_variant(0.1, a, b).label, "seed": s,
+            "validation": {"head": v}, "flags": []} for (a, b), v in zip(threats.DERPP_WEIGHTS, (80.0, 88.0, 81.0))
+           for s in (0, 1)]
+  assert "\n".join(threats._replay_choice_section(rows)).splitlines()[-1] == (
+      "| DER++ | alpha, beta 0.5, 0.5 | 0.1, 0.5: 80.00, 0.5, 0.5: 88.00, 0.5, 1: 81.00 |")

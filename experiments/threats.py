@@ -40,6 +40,9 @@ Grids:
                then draw the memory's 200 rows, as Co2L's pool adds them).
   replay_paper_steps  the paper_steps point, centred head: as replay_d2500, paired with paper_steps' SD (onlypast)
                and Co2L; draws of 2 (116 steps an epoch).
+Seeds 3-4 at d600: only the settings the verdict compares (``CHOICE_SEEDS``; e.g. ``--grids=replay_lr --first_seed=3
+--seeds=1 --methods=ER_lr0.1,Co2L_lambda0`` and ``--grids=lambda ... --methods=SD_lambda5,Co2L_lambda1``): they widen
+its paired intervals and choose nothing.
 The cross-entropy methods read out by their own head (the cell's test figure), and by both probes of the others
 on their encoder's features (``lbfgs_probe``, ``sgd``).
 Cells run through experiments/runner.py (a finished cell is read back, a started one resumes).
@@ -172,7 +175,7 @@ def derpp_variant(lr: float, alpha: float, beta: float, draw: int = REPLAY_DRAWS
 def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
   """(label, {label: mean validation accuracy of the method's own head}) over the grid's ``labels`` whose every
   seed finished healthy; None until each label has the same seeds. Reads no test figure."""
-  cells = {lb: [r for r in rows if r["grid"] == grid and r["method"] == lb] for lb in labels}
+  cells = {lb: [r for r in choosing(rows) if r["grid"] == grid and r["method"] == lb] for lb in labels}
   seeds = [sorted(r["seed"] for r in rs) for rs in cells.values()]
   if not all(seeds) or any(x != seeds[0] for x in seeds):
     return None
@@ -264,6 +267,18 @@ def _healthy(row) -> bool:
   return row["validation"] is not None and not row.get("flags")
 
 
+# Seeds 0-2 choose every setting and make the d600 grids' tables. Seeds 3-4 run only the settings the verdict
+# compares (the chosen replay settings, Co2L at lambda 0, and the published lambdas they pair with: `--first_seed=3
+# --seeds=2 --methods=...`); they widen its paired intervals (``_wider_section``) and never enter a choice.
+CHOICE_SEEDS = (0, 1, 2)
+WIDER_GRIDS = ("lambda", "replay_lr", "replay_weights")
+
+
+def choosing(rows) -> list[dict]:
+  """The rows a choice and the d600 grids' tables read: the wider grids' seeds 0-2, every other grid's rows."""
+  return [r for r in rows if r["grid"] not in WIDER_GRIDS or r["seed"] in CHOICE_SEEDS]
+
+
 def choose(rows, readout: str = "lbfgs", whole: bool = False) -> dict:
   """method -> (lambda, {lambda: mean validation accuracy}) from the ``lambda`` grid's rows: the best mean over
   seeds of the validation accuracy among the lambdas whose every seed finished healthy. A lambda with a diverged or
@@ -271,7 +286,7 @@ def choose(rows, readout: str = "lbfgs", whole: bool = False) -> dict:
   never averaged in). A lambda is compared once it has the seeds the method's published lambda has; one still
   running is left out (``pending``), or, with ``whole``, keeps the method from being chosen at all (what the
   tuned grid waits for). Reads no test figure."""
-  out = {}
+  out, rows = {}, choosing(rows)
   for method in METHODS:
     cells = _lambda_cells(rows, method)
     ref = sorted(r["seed"] for r in cells[PUBLISHED_LAMBDA[method]])
@@ -293,7 +308,7 @@ def _lambda_cells(rows, method) -> dict:
 
 def lambdas_pending(rows, method) -> list[float]:
   """The method's lambdas that lack seeds its published lambda has (not yet compared)."""
-  cells = _lambda_cells(rows, method)
+  cells = _lambda_cells(choosing(rows), method)
   ref = sorted(r["seed"] for r in cells[PUBLISHED_LAMBDA[method]])
   return [w for w, rs in cells.items() if sorted(r["seed"] for r in rs) != ref]
 
@@ -329,6 +344,7 @@ def table(rows, chosen) -> str:
            "test digits alone (A[T][T], the metric the published code reports).",
            "A commit marked `*`: the clone it ran from had rewritten its own results files (its code was the",
            "commit's).", ""]
+  every_row, rows = rows, choosing(rows)
   for grid in GRIDS:
     rs = [r for r in rows if r["grid"] == grid]
     if not rs:
@@ -369,6 +385,8 @@ def table(rows, chosen) -> str:
       lines += ["Provisional: " + "; ".join(f"{m}'s lambda {', '.join(lam(w) for w in ws)} still running" for m, ws
                                             in waiting.items()) + ".", ""]
   lines += _replay_choice_section(rows)
+  lines += _wider_section(every_row)
+  rows = every_row
   lines += ["## Every run", "", aggregate.markdown_table(
       ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
        "commit", "date"],
@@ -432,6 +450,28 @@ def _replay_choice_section(rows) -> list[str]:
     body.append(_choice_row("DER++", "alpha, beta", derpp, weights))
   return ["## The replay methods' choice (validation only, each by its own head)", "",
           aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
+
+
+def _wider_section(rows) -> list[str]:
+  """d600's verdict pairs over every seed they have (seeds 3-4 beside the choice's 0-2): Co2L at lambda 0, ER and
+  DER++ at their chosen settings, and SD, against the lambda grid's published pair; nothing until a pair has a
+  seed past the choice's."""
+  if not any(r["grid"] in WIDER_GRIDS and r["seed"] not in CHOICE_SEEDS for r in rows):
+    return []
+  pick = replay_choice(rows)
+  mine = [("replay_lr", lambda_variant("Co2L", 0.0).label)]
+  mine += [("replay_lr", er_variant(pick["ER"]).label)] if "ER" in pick else []
+  mine += [("replay_weights", derpp_variant(pick["ER"], *pick["DER++"]).label)] if "DER++" in pick else []
+  mine += [("lambda", "SD lambda5")]
+  body = []
+  for grid, label in mine:
+    for other in ("Co2L lambda1", "SD lambda5"):
+      for metric, name in (("m1", "test, each its own read-out"), ("lbfgs_test", "test L-BFGS probe")):
+        d = paired(rows, grid, label, other, metric, grid_b="lambda") if label != other else []
+        if len(d) >= 2:
+          body.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
+  return ["## d600 beside plain replay, every seed (the chosen settings; seeds 3-4 chose nothing)", "",
+          aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], body), ""]
 
 
 def _choice_row(method: str, what: str, best: tuple, names: dict) -> list[str]:

@@ -524,3 +524,27 @@ def test_threats_table_names_ers_chosen_learning_rate_once_every_rate_has_the_sa
            for s in (0, 1)]
   assert "\n".join(threats._replay_choice_section(rows)).splitlines()[-1] == (
       "| DER++ | alpha, beta 0.5, 0.5 | 0.1, 0.5: 80.00, 0.5, 0.5: 88.00, 0.5, 1: 81.00 |")
+
+
+def test_threats_seeds_past_the_choice_widen_the_verdicts_pairs_and_choose_nothing():
+  from experiments import threats  # noqa: PLC0415
+  row = lambda grid, label, seed, v, m1: {"grid": grid, "method": label, "head": "centred", "seed": seed,
+                                          "validation": {"lbfgs": v, "head": v}, "flags": [], "m1": m1,
+                                          "lbfgs_test": m1}
+  lams = [(m, w) for m in threats.METHODS for w in threats.LAMBDAS[m]]
+  rows = [row("lambda", threats.lambda_variant(m, w).label, s, 80.0 + w, 85.0 + s) for m, w in lams for s in range(3)]
+  rows += [row("replay_lr", threats.er_variant(lr).label, s, 80.0 + 10 * lr, 86.0 + s) for lr in threats.REPLAY_LRS
+           for s in range(3)]
+  rows += [row("replay_lr", "Co2L lambda0", s, 80.0, 84.0) for s in range(3)]
+  before = (threats.choose(rows), threats.replay_choice(rows))
+  assert threats._wider_section(rows) == []  # seeds 0-2 only: the replay_lr section already has these pairs
+  # Seeds 3-4 of the published pair, of ER at its chosen lr (0.1) and Co2L at lambda 0, with validation figures
+  # that would win every choice if they counted.
+  rows += [row("lambda", label, s, 99.0, 85.0 + s) for label in ("SD lambda5", "Co2L lambda1") for s in (3, 4)]
+  rows += [row("replay_lr", label, s, 99.0, 90.0 + s) for label in ("ER lr0.1", "Co2L lambda0") for s in (3, 4)]
+  assert (threats.choose(rows), threats.replay_choice(rows)) == before and before[1] == {"ER": 0.1}
+  lines = [ln for ln in "\n".join(threats._wider_section(rows)).splitlines()
+           if ln.startswith("| ER lr0.1 − SD lambda5 | test, each")]
+  # seeds 0-2: (86 + s) - (85 + s) = 1; seeds 3-4: (90 + s) - (85 + s) = 5: five pairs, mean 2.6
+  assert len(lines) == 1 and "| 5 | +2.60 [" in lines[0], lines
+  assert [r["seed"] for r in threats.choosing(rows) if r["method"] == "ER lr0.1"] == [0, 1, 2]

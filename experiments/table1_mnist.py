@@ -128,12 +128,16 @@ def config(bench: str, method: str, memory: int, seed: int):
   c = importlib.import_module(f"configs.{BENCHMARKS[bench][0]}").get_config()
   a = BEST_ARGS[(bench, method, memory)]
   return config_lib.override(c, method=VARIANTS.get(method, method), seed=seed, progress=False, pictures=False, **{
-      "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"],
-      "method_args.minibatch_size": a.get("mb", 0), "method_args.alpha": a.get("alpha", 0.1),
-      "method_args.beta": a.get("beta", 0.5), "method_args.gamma": a.get("gamma", 0.5),
-      "method_args.gss_minibatch_size": a.get("gmb", 0), "method_args.hal_lambda": a.get("hal", 0.1),
-      "method_args.task_samples": a.get("ts", 0),
+      "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"], **method_keys(a),
       "eval.raw_pixels": method == "ce_finetune"})
+
+
+def method_keys(a: dict) -> dict:
+  """The config keys of a cell's best arguments ``a`` (a BEST_ARGS value) other than lr and batch size."""
+  return {"method_args.minibatch_size": a.get("mb", 0), "method_args.alpha": a.get("alpha", 0.1),
+          "method_args.beta": a.get("beta", 0.5), "method_args.gamma": a.get("gamma", 0.5),
+          "method_args.gss_minibatch_size": a.get("gmb", 0), "method_args.hal_lambda": a.get("hal", 0.1),
+          "method_args.task_samples": a.get("ts", 0)}
 
 
 def row(bench: str, method: str, memory: int, seed: int, res: dict) -> dict:

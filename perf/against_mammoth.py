@@ -40,7 +40,10 @@ from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 FLAGS = flags.FLAGS
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CELLS = {"seq-er": ("seq-mnist", "er"), "seq-derpp": ("seq-mnist", "derpp"), "rot-er": ("rot-mnist", "er"),
-         "rot-derpp": ("rot-mnist", "derpp"), "seq-der": ("seq-mnist", "der")}
+         "rot-derpp": ("rot-mnist", "derpp"), "seq-der": ("seq-mnist", "der"), "seq-hal": ("seq-mnist", "hal"),
+         "seq-icarl": ("seq-mnist", "icarl")}
+# A best argument's name on mammoth's command line (table1_mnist.BEST_ARGS' keys beyond lr, batch and draw).
+MAMMOTH_NAMES = {"alpha": "alpha", "beta": "beta", "gamma": "gamma", "hal": "hal_lambda", "gmb": "gss_minibatch_size"}
 MEMORY = 200
 ARGS = ("lr", "bs", "mb", "alpha", "beta")
 OVERRIDES: dict = {}  # --set: the same change to every cell's best arguments, on both sides
@@ -86,8 +89,7 @@ def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, ca
                  published_draws: bool = False) -> list[str]:
   a = best(bench, method, published_draws)
   keys = {"method": method, "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"], "train.batch_size": a["bs"],
-          "method_args.minibatch_size": a["mb"], "method_args.alpha": a.get("alpha", 0.1),
-          "method_args.beta": a.get("beta", 0.5), "eval.raw_pixels": False, "progress": False, "pictures": False}
+          **table1_mnist.method_keys(a), "eval.raw_pixels": False, "progress": False, "pictures": False}
   if seeds > 1:
     keys.update(num_seeds=seeds, seeds_mode="vmap")
   return [sys.executable, "-m", "lasp_jax.main", f"--config=configs/{table1_mnist.BENCHMARKS[bench][0]}.py",
@@ -96,7 +98,7 @@ def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, ca
 
 def mammoth_args(bench: str, method: str, seed: int, published_draws: bool = False) -> list[str]:
   a = best(bench, method, published_draws)
-  extra = [f"--{k}={a[k]}" for k in ("alpha", "beta") if k in a]
+  extra = [f"--{name}={a[k]}" for k, name in MAMMOTH_NAMES.items() if k in a]
   return [f"--dataset={bench}", f"--model={method}", f"--buffer_size={MEMORY}", f"--lr={a['lr']}",
           f"--batch_size={a['bs']}", f"--minibatch_size={a['mb']}", *extra, "--n_epochs=1", "--non_verbose=1",
           f"--seed={seed}"]

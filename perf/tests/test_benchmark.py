@@ -94,6 +94,11 @@ def test_the_race_against_mammoth_runs_both_sides_with_mammoths_effective_draw()
   ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w", published_draws=True)
   assert "--config.method_args.minibatch_size=128" in ours and "--config.train.batch_size=10" in ours
   assert against_mammoth.best("seq-mnist", "er", True)["mb"] == 10  # ER's published draw is its batch already
+  # a method's own best arguments under each side's name: HAL's anchors weight, beta and gamma
+  assert {"--hal_lambda=0.1", "--beta=0.7", "--gamma=0.5"} <= set(against_mammoth.mammoth_args("seq-mnist", "hal", 0))
+  ours = against_mammoth.ours_command("seq-mnist", "hal", 0, "/tmp/w")
+  assert {"--config.method_args.hal_lambda=0.1", "--config.method_args.beta=0.7",
+          "--config.method_args.gamma=0.5"} <= set(ours)
 
 
 def test_the_race_against_mammoth_sets_one_change_on_both_sides(monkeypatch):

@@ -91,11 +91,9 @@ def test_der_plus_plus_takes_two_independent_draws():
   cfg = Settings(method, 3, 1, True, minibatch=5, alpha=1.0, beta=1.0, augment=False)
   s, aug = _step_inputs(), AugmentConfig(size=4, rotate=False)
 
-  def overlap(key):
-    first, second = method.memory_draws(s, key, aug, cfg)
-    return len(set(np.asarray(first.labels).tolist()) & set(np.asarray(second.labels).tolist())) > 0
-
-  hits = np.mean([overlap(k) for k in jax.random.split(jax.random.PRNGKey(0), 600)])
+  # the two draws' labels (a row's label is its slot) for 600 keys, in one program
+  draws = jax.jit(jax.vmap(lambda k: jnp.stack([r.labels for r in method.memory_draws(s, k, aug, cfg)])))
+  hits = np.mean([bool(set(a) & set(b)) for a, b in np.asarray(draws(jax.random.split(jax.random.PRNGKey(0), 600)))])
   # Two independent draws of 5 of 20 share a row with probability 1 - C(15,5)/C(20,5) = 0.806; the same draw
   # twice, 1; disjoint draws, 0.
   assert abs(hits - (1 - math.comb(15, 5) / math.comb(20, 5))) < 0.06, hits

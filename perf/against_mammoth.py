@@ -17,6 +17,9 @@ time with the compilation cache on (the library's default), filled beforehand by
 another seed: a grid's every run after its first compiles nothing. ``--published_draws``: both sides draw the DER
 paper's ``minibatch_size`` (mammoth through perf/mammoth_timed.py, which restores it after mammoth's override).
 ``--set=alpha=0``: the same change to every cell's best arguments on both sides (e.g. DER++ without its logit term).
+Each cell's line ends with the two sides' difference in its first accuracy and its 95 % Welch interval (unpaired: a
+seed number draws other weights and orders on each side). ``--table_only=DIR``: an earlier race's table again, from
+its race.json.
 Pause background work for its minutes.
 """
 
@@ -35,6 +38,7 @@ from absl import flags, logging
 
 from experiments import aggregate, table1_mnist
 from lasp_jax import errors, provenance
+from lasp_jax.eval import metrics
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -57,6 +61,8 @@ def define_flags():
   flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
   flags.DEFINE_bool("published_draws", False, "Both sides draw the DER paper's minibatch_size, not the batch size.")
   flags.DEFINE_bool("warm", False, "Also time each lasp_jax run with a compilation cache filled at another seed.")
+  flags.DEFINE_string("table_only", "", "A folder of an earlier race: write its table.md again from its race.json "
+                      "(no run).")
   flags.DEFINE_list("set", [], f"KEY=VALUE changes to every cell's best arguments on both sides, KEY one of "
                     f"{', '.join(ARGS)}: e.g. alpha=0 (DER++ without its logit term).")
 
@@ -167,6 +173,11 @@ def _cell_line(cell: str, rs: list) -> str:
   wall = {s: sum(r[s]["wall_s"] for r in rs) for s in ("ours", "mammoth")}
   accs = "; ".join(f"{m} lasp_jax {side('ours', m)}, mammoth {side('mammoth', m)}"
                    for m in rs[0]["ours"]["accuracy"][0])
+  first = next(iter(rs[0]["ours"]["accuracy"][0]))  # Class-IL or Domain-IL
+  groups = [aggregate.mean_std(r[s]["accuracy"][0][first] for r in rs) for s in ("ours", "mammoth")]
+  if len(rs) >= 2 and (groups[0][1] or groups[1][1]):  # unpaired: a seed draws other weights and orders each side
+    d, half, p = metrics.welch_interval(*groups)
+    accs += f"; {first} difference {d:+.2f} [{d - half:+.2f}, {d + half:+.2f}] (Welch, p {p:.2f})"
   warm = sum(r["ours_warm"]["wall_s"] for r in rs) if all("ours_warm" in r for r in rs) else None
   return f"{cell}: {accs}; wall {wall['ours']:.0f} s against {wall['mammoth']:.0f} s " \
          f"({wall['mammoth'] / wall['ours']:.1f}x)" + (
@@ -190,6 +201,15 @@ def main(argv):
   if bad:
     raise errors.ConfigError(f"unknown cell {', '.join(bad)}; expected some of {', '.join(CELLS)}")
   OVERRIDES.update(parse_overrides(FLAGS.set))
+  if FLAGS.table_only:
+    race = pathlib.Path(FLAGS.table_only) / "race.json"
+    if not race.exists():
+      raise errors.ConfigError(f"--table_only={FLAGS.table_only}: no race.json there")
+    done = json.loads(race.read_text())
+    text = table(done["rows"], done["five_seeds"])
+    write_text_atomic(race.parent / "table.md", text)
+    print(text, end="")
+    return
   if not FLAGS.mammoth or not (pathlib.Path(FLAGS.mammoth) / "venv" / "bin" / "python").exists():
     raise errors.ConfigError("--mammoth must name a folder set up by run_mammoth.sh SCRATCH setup (venv/, mammoth/)")
   scratch = tempfile.mkdtemp(prefix="against_mammoth_")

@@ -161,3 +161,11 @@ def welch(a: tuple, b: tuple) -> tuple[float, float, float]:
   t = (m1 - m2) / math.sqrt(v1 + v2)
   dof = (v1 + v2) ** 2 / (v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1))
   return t, dof, float(2 * stats.t.sf(abs(t), dof))
+
+
+def welch_interval(a: tuple, b: tuple, level: float = 0.95) -> tuple[float, float, float]:
+  """(mean a − mean b, half-width of its ``level`` interval, two-sided p) of two unpaired groups' (mean, std, n),
+  Welch's degrees of freedom: two sides whose seeds draw different weights and orders."""
+  _, dof, p = welch(a, b)
+  se = math.sqrt(a[1] * a[1] / a[2] + b[1] * b[1] / b[2])
+  return a[0] - b[0], t_quantile(dof, level) * se, p

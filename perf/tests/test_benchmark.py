@@ -123,3 +123,18 @@ def test_the_race_against_mammoth_times_a_warm_run_beside_the_cold_one_by_its_ow
   assert "| 8.0x | 5.0 | 16.0x |" in text  # mammoth 80 s against 10 s cold and 5 s warm
   assert text.splitlines()[-1].endswith("wall 20 s against 160 s (8.0x); warm cache 10 s (16.0x)")
   assert "warm" not in against_mammoth.table([{k: v for k, v in rows[0].items() if k != "ours_warm"}], None)
+
+
+def test_the_race_table_again_from_its_file_gives_each_cells_welch_interval(tmp_path):
+  from scipy import stats  # noqa: PLC0415
+  side = lambda acc: {"wall_s": 10.0, "train_s": 5.0, "accuracy": [{"class_il": acc, "task_il": 98.0}]}
+  rows = [{"cell": "seq-der", "seed": s, "ours": side(a), "mammoth": side(b)} for s, (a, b) in
+          enumerate([(80.0, 78.0), (82.0, 79.0)])]
+  (tmp_path / "race.json").write_text(json.dumps({"rows": rows, "five_seeds": None}))
+  proc = subprocess.run([sys.executable, "-m", "perf.against_mammoth", f"--table_only={tmp_path}"], cwd=REPO,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  # by hand: 81 - 78.5 = +2.5; scipy's Welch test for its p
+  p = stats.ttest_ind([80.0, 82.0], [78.0, 79.0], equal_var=False).pvalue
+  line = (tmp_path / "table.md").read_text().splitlines()[-1]
+  assert "class_il difference +2.50 [" in line and line.split("(Welch, p ")[1].startswith(f"{p:.2f})"), line

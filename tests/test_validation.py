@@ -321,6 +321,11 @@ def test_holm_power_and_welch_hand_values():
   # The paper's own SD − Co2L gap on R-MNIST: 98.80 (0.26) against 97.90 (1.92), 5 runs each
   t, dof, p = metrics.welch((98.80, 0.26, 5), (97.90, 1.92, 5))
   assert (t, dof) == pytest.approx((1.0387, 4.147), rel=1e-3) and p == pytest.approx(0.356, abs=0.005)
+  # Welch's interval of two unpaired groups: scipy's (ttest_ind(equal_var=False).confidence_interval()) for
+  # [80, 82, 81.5] against [78, 79, 77.2, 80.1]: 2.5917 [0.3407, 4.8426], p 0.0317
+  a, b = [80.0, 82.0, 81.5], [78.0, 79.0, 77.2, 80.1]
+  d, half, p = metrics.welch_interval(*(metrics.mean_std(x) for x in (a, b)))
+  assert (d - half, d + half, p) == pytest.approx((0.34072, 4.84262, 0.031688), rel=1e-4)
 
 
 def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_grid():

@@ -74,7 +74,8 @@ class ICaRL(Classifier):
       targets = jnp.where(past[None, :], jax.nn.sigmoid(old), targets)
     per = optax.sigmoid_binary_cross_entropy(logits, jax.lax.stop_gradient(targets))
     w = s.batch.valid.astype(jnp.float32)[:, None] * seen[None, :]
-    bce = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1.0)  # the mean over rows and seen classes, as mammoth's
+    # the mean over rows and seen classes, as the DER paper's code (today's mammoth takes all ten outputs)
+    bce = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1.0)
     return bce, (feats, stats)
 
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:

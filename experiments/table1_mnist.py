@@ -202,7 +202,7 @@ def table(rows) -> str:
            "A-GEM's and GEM's memory: capacity // tasks random samples of each task as it ends (the DER paper's code",
            "release reads a loader of that size); A-GEM (a batch a task): one training batch of each task offered to",
            "the memory's reservoir (mammoth today).", ""]
-  for bench, (_, metrics) in BENCHMARKS.items():
+  for bench, (_, scores) in BENCHMARKS.items():
     rs = [r for r in rows if r["benchmark"] == bench]
     body = []  # every published cell, run or not yet
     published = [(m, mem) for m in (*BOUNDS, *METHODS) for mem in (0, 200, 500) if (bench, m, mem) in PUBLISHED]
@@ -212,19 +212,19 @@ def table(rows) -> str:
       flagged = len(c) - len(ok)
       name = {**BOUNDS, **METHODS}[method] + (f" †{flagged}" if flagged else "")
       cells_ = []
-      for m in metrics:
+      for m in scores:
         ms = aggregate.mean_std(r["accuracy"][m] for r in ok)
         cells_ += [aggregate.seeds_cell(ms), _published(bench, method, memory, m),
                    verdict(ms, PUBLISHED[(bench, method, memory)][m])]
       train_s = aggregate.mean_std(r["train_s"] for r in ok)[0]
       body.append([name, memory or "–", len(ok), *cells_, studies.num(train_s, 1) if train_s else "–"])
     header = ["method", "memory", "seeds"]
-    for m in metrics:
+    for m in scores:
       header += [f"{m} (ours)", f"{m} (DER paper)", "verdict"]
     lines += [f"## {bench}", "", aggregate.markdown_table(header + ["train s (mean)"], body), ""]
-    pixels = aggregate.mean_std((r["raw_pixels"] or {}).get(metrics[0]) for r in rs if r["raw_pixels"])
+    pixels = aggregate.mean_std((r["raw_pixels"] or {}).get(scores[0]) for r in rs if r["raw_pixels"])
     if pixels[2]:
-      lines += [f"Raw pixels ({metrics[0]}): {aggregate.cell(pixels)} over {pixels[2]} seeds.", ""]
+      lines += [f"Raw pixels ({scores[0]}): {aggregate.cell(pixels)} over {pixels[2]} seeds.", ""]
   lines += ["## Every run", "", aggregate.markdown_table(
       ["benchmark", "method", "memory", "seed", "accuracy", "health", "train s", "commit", "date", "cpu"],
       [[r["benchmark"], r["method"], r["memory"], r["seed"],

@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import math
 import pathlib
 import re
 import shutil
@@ -478,6 +479,17 @@ def test_table1_mnist_verdicts_by_hand_and_every_published_cell_listed():
   p = stats.ttest_ind_from_stats(88.0, 1.0, 3, 85.01, 1.90, 10, equal_var=False).pvalue
   assert t1.verdict((88.0, 1.0, 3), (85.01, 1.90)) == f"above (Welch p {p:.2f})" == "above (Welch p 0.01)"
   assert t1.verdict((88.0, None, 1), (85.01, 1.90)) == "above"  # one seed: no spread of ours to test with
+  assert t1.verdict((88.0, 1.0, 3), (85.01, 1.90), holm=0.5) == "above (Welch p 0.01, Holm 0.50)"
+  # the family: every cell with a published spread and two or more seeds (Rotated MNIST's here); Holm over two
+  rot = lambda m, mem, s, acc: {"benchmark": "rot-mnist", "method": m, "memory": mem, "seed": s, "flags": [],
+                                "accuracy": {"domain_il": acc}}
+  family = t1.holm_family([rot("er", 200, 0, 80.0), rot("er", 200, 1, 82.0), rot("der", 200, 0, 90.0),
+                           rot("der", 200, 1, 90.5), rot("hal", 200, 0, 80.0)])  # HAL: one seed, not tested
+  ps = [stats.ttest_ind_from_stats(81.0, math.sqrt(2), 2, 85.01, 1.90, 10, equal_var=False).pvalue,
+        stats.ttest_ind_from_stats(90.25, math.sqrt(0.125), 2, 90.04, 2.61, 10, equal_var=False).pvalue]
+  want = sorted(ps)[0] * 2, max(sorted(ps)[0] * 2, min(1.0, sorted(ps)[1]))
+  assert sorted(family) == [("rot-mnist", "der", 200, "domain_il"), ("rot-mnist", "er", 200, "domain_il")]
+  assert sorted(family.values()) == pytest.approx(sorted(want))
   assert t1.verdict((81.0, 1.0, 3), (80.11, None)) == "within 2 std (ours)"  # no published spread: 0.89 <= 2 x 1.0
   assert t1.verdict((81.0, 0.4, 3), (80.11, None)) == "above"
   assert t1.verdict((81.0, None, 1), (80.11, None)) == "one seed"

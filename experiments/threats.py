@@ -399,6 +399,9 @@ def table(rows, chosen) -> str:
 REPLAY_GRIDS = ("replay_lr", "replay_weights", "replay_d2500", "replay_paper_steps")
 # Each replay grid's partners: the grid whose SD and Co2L its cells pair with (same point, seeds), and their labels
 # (None: the labels that grid holds, the tuned grid's chosen lambdas).
+# The figures a replay method is paired on: m1, each method's own read-out (the cross-entropy head; Co2L's and SD's
+# L-BFGS probe), as Table 1 reads them; and the L-BFGS probe they share.
+REPLAY_FIGURES = (("m1", "test, each its own read-out"), ("lbfgs_test", "test L-BFGS probe"))
 REPLAY_PARTNERS = {"replay_lr": ("lambda", ("Co2L lambda1", "SD lambda5")),
                    "replay_weights": ("lambda", ("Co2L lambda1", "SD lambda5")), "replay_d2500": ("tuned", None),
                    "replay_paper_steps": ("paper_steps", ("Co2L", "SD onlypast"))}
@@ -423,9 +426,7 @@ def _replay_section(rs, grid, every_row) -> list[str]:
   others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
   for label in dict.fromkeys(r["method"] for r in rs):
     for other in others:
-      # m1: each method's own read-out (the cross-entropy head; Co2L's and SD's L-BFGS probe), as Table 1 reads them
-      for metric, name in (("m1", "test, each its own read-out"), ("lbfgs_test", "test L-BFGS probe"),
-                           ("lbfgs", "validation L-BFGS")):
+      for metric, name in (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS")):
         d = paired(every_row, grid, label, other, metric, grid_b=grid_b)
         if len(d) >= 2:
           diff.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
@@ -458,16 +459,16 @@ def _wider_section(rows) -> list[str]:
   seed past the choice's."""
   if not any(r["grid"] in WIDER_GRIDS and r["seed"] not in CHOICE_SEEDS for r in rows):
     return []
-  pick = replay_choice(rows)
+  pick, (grid_b, others) = replay_choice(rows), REPLAY_PARTNERS["replay_lr"]
   mine = [("replay_lr", lambda_variant("Co2L", 0.0).label)]
   mine += [("replay_lr", er_variant(pick["ER"]).label)] if "ER" in pick else []
   mine += [("replay_weights", derpp_variant(pick["ER"], *pick["DER++"]).label)] if "DER++" in pick else []
-  mine += [("lambda", "SD lambda5")]
+  mine += [(grid_b, lambda_variant("SD", PUBLISHED_LAMBDA["SD"]).label)]
   body = []
   for grid, label in mine:
-    for other in ("Co2L lambda1", "SD lambda5"):
-      for metric, name in (("m1", "test, each its own read-out"), ("lbfgs_test", "test L-BFGS probe")):
-        d = paired(rows, grid, label, other, metric, grid_b="lambda") if label != other else []
+    for other in others:
+      for metric, name in REPLAY_FIGURES:
+        d = paired(rows, grid, label, other, metric, grid_b=grid_b) if label != other else []
         if len(d) >= 2:
           body.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
   return ["## d600 beside plain replay, every seed (the chosen settings; seeds 3-4 chose nothing)", "",

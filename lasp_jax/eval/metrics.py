@@ -156,10 +156,8 @@ def welch(a: tuple, b: tuple) -> tuple[float, float, float]:
   """(t, degrees of freedom, two-sided p) of Welch's test from two groups' (mean, std, n): what two published
   means with their spreads say of their difference."""
   from scipy import stats  # noqa: PLC0415  (only the tables use it)
-  (m1, s1, n1), (m2, s2, n2) = a, b
-  v1, v2 = s1 * s1 / n1, s2 * s2 / n2
-  t = (m1 - m2) / math.sqrt(v1 + v2)
-  dof = (v1 + v2) ** 2 / (v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1))
+  se, dof = _welch_se_dof(a, b)
+  t = (a[0] - b[0]) / se
   return t, dof, float(2 * stats.t.sf(abs(t), dof))
 
 
@@ -167,5 +165,11 @@ def welch_interval(a: tuple, b: tuple, level: float = 0.95) -> tuple[float, floa
   """(mean a − mean b, half-width of its ``level`` interval, two-sided p) of two unpaired groups' (mean, std, n),
   Welch's degrees of freedom: two sides whose seeds draw different weights and orders."""
   _, dof, p = welch(a, b)
-  se = math.sqrt(a[1] * a[1] / a[2] + b[1] * b[1] / b[2])
-  return a[0] - b[0], t_quantile(dof, level) * se, p
+  return a[0] - b[0], t_quantile(dof, level) * _welch_se_dof(a, b)[0], p
+
+
+def _welch_se_dof(a: tuple, b: tuple) -> tuple[float, float]:
+  """The standard error of mean a − mean b and Welch–Satterthwaite's degrees of freedom."""
+  (_, s1, n1), (_, s2, n2) = a, b
+  v1, v2 = s1 * s1 / n1, s2 * s2 / n2
+  return math.sqrt(v1 + v2), (v1 + v2) ** 2 / (v1 * v1 / (n1 - 1) + v2 * v2 / (n2 - 1))

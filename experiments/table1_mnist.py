@@ -33,10 +33,16 @@ FLAGS = flags.FLAGS
 BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": ("rot_mnist", ("domain_il",))}
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
 METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR",
-           "gss": "GSS", "hal": "HAL", "agem_batch": "A-GEM (a batch a task)"}
+           "gss": "GSS", "hal": "HAL", "agem_batch": "A-GEM (a batch a task)",
+           "icarl_uint8": "iCaRL (the 2020 code's exemplars)"}
 MEMORIES = (200, 500)
-# A reading of an ambiguous method, run as its own row: name -> the registry's method it runs.
-VARIANTS = {"agem_batch": "agem"}  # A-GEM offered one training batch of each ended task (mammoth today)
+# A reading of an ambiguous method or of its published code, run as its own row beside the method's (its published
+# figures): name -> (the registry's method it runs, its arguments beside the method's best ones).
+VARIANTS = {
+    "agem_batch": ("agem", lambda a: {"ts": a["bs"]}),  # A-GEM offered one training batch of each ended task (mammoth)
+    # iCaRL's exemplars replayed as the DER paper's code did on MNIST: cast to uint8 unscaled (lasp_jax/method/icarl.py)
+    "icarl_uint8": ("icarl", lambda a: {"ex": "published_uint8"}),
+}
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory
 # draw's rows (mb), alpha, beta; the bounds' under memory 0.
@@ -103,9 +109,10 @@ PUBLISHED = {
     (_ROT, "derpp", 200): {"domain_il": (90.43, 1.87)}, (_ROT, "derpp", 500): {"domain_il": (92.77, 1.05)},
 }
 for (_b, _m, _mem), _a in list(BEST_ARGS.items()):
-  if _m == "agem":
-    BEST_ARGS[(_b, "agem_batch", _mem)] = {**_a, "ts": _a["bs"]}
-    PUBLISHED[(_b, "agem_batch", _mem)] = PUBLISHED[(_b, _m, _mem)]
+  for _name, (_runs, _extra) in VARIANTS.items():
+    if _m == _runs:
+      BEST_ARGS[(_b, _name, _mem)] = {**_a, **_extra(_a)}
+      PUBLISHED[(_b, _name, _mem)] = PUBLISHED[(_b, _m, _mem)]
 
 
 def cells(benchmarks, methods, memories, seeds) -> list[tuple]:
@@ -128,7 +135,8 @@ def config(bench: str, method: str, memory: int, seed: int):
   import importlib  # noqa: PLC0415
   c = importlib.import_module(f"configs.{BENCHMARKS[bench][0]}").get_config()
   a = BEST_ARGS[(bench, method, memory)]
-  return config_lib.override(c, method=VARIANTS.get(method, method), seed=seed, progress=False, pictures=False, **{
+  runs = VARIANTS[method][0] if method in VARIANTS else method
+  return config_lib.override(c, method=runs, seed=seed, progress=False, pictures=False, **{
       "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"], **method_keys(a),
       "eval.raw_pixels": method == "ce_finetune"})
 
@@ -138,7 +146,7 @@ def method_keys(a: dict) -> dict:
   return {"method_args.minibatch_size": a.get("mb", 0), "method_args.alpha": a.get("alpha", 0.1),
           "method_args.beta": a.get("beta", 0.5), "method_args.gamma": a.get("gamma", 0.5),
           "method_args.gss_minibatch_size": a.get("gmb", 0), "method_args.hal_lambda": a.get("hal", 0.1),
-          "method_args.task_samples": a.get("ts", 0)}
+          "method_args.task_samples": a.get("ts", 0), "method_args.exemplars": a.get("ex", "images")}
 
 
 def row(bench: str, method: str, memory: int, seed: int, res: dict) -> dict:

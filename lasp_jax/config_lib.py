@@ -32,7 +32,7 @@ SEEDS_MODES = ("auto", "vmap", "sequential")
 _DEFAULTS = {"seeds_mode": "auto", "lasp.subset": "searched", "data.validation_per_class": 0,
              "data.train_per_class": 0, "method_args.minibatch_size": 0, "method_args.alpha": 0.1,
              "method_args.beta": 0.5, "method_args.gamma": 0.5, "method_args.gss_minibatch_size": 0,
-             "method_args.hal_lambda": 0.1}
+             "method_args.hal_lambda": 0.1, "method_args.exemplars": "images"}
 
 # Each key's allowed values, its lower bound, or > 0: checked in this order, the first failure raised.
 _CHOICES = {
@@ -43,7 +43,7 @@ _CHOICES = {
     "train.warmup_target": choices.WARMUP_TARGETS, "train.schedule": choices.SCHEDULES, "resume": choices.RESUME,
     "eval.probe": choices.PROBES, "model.name": choices.MODELS, "model.conv_backward": cpu_kernels.CONV_BACKWARD,
     "model.cpu_convs": cpu_kernels.CONVS, "model.winograd": choices.WINOGRAD, "boundaries": choices.BOUNDARIES,
-    "detection.detector": choices.DETECTORS,
+    "detection.detector": choices.DETECTORS, "method_args.exemplars": choices.EXEMPLARS,
 }
 _POSITIVE = ("detection.shift_threshold", "train.lr", "eval.lr", "train.temperature", "train.base_temperature",
              "train.ird_temp_cur", "train.ird_temp_past", "model.width")
@@ -210,7 +210,8 @@ LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data
               "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0,  # flat() gives tuples as lists
               "model.hidden": [100, 100], "augment.train": True, "method_args.minibatch_size": 0,
               "method_args.alpha": 0.1, "method_args.beta": 0.5, "method_args.gamma": 0.5,
-              "method_args.gss_minibatch_size": 0, "method_args.hal_lambda": 0.1, "method_args.task_samples": 0}
+              "method_args.gss_minibatch_size": 0, "method_args.hal_lambda": 0.1, "method_args.task_samples": 0,
+              "method_args.exemplars": "images"}
 
 
 def _value(d: dict, key: str):

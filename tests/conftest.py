@@ -21,7 +21,12 @@ host_memory.keep_freed_memory()  # as lasp_jax.main does, before any test starts
 # LLVM's -O1 for XLA:CPU's kernels: about half the suite's CPU time is compiling its tiny programs, and -O1 cuts a
 # train chunk's compile ~10 % (BENCHMARKS.md). It leaves XLA's own passes, and so the arithmetic, as they are: a
 # 2-task tiny run's results.json at -O1 equals the default's bit for bit.
-WORKER_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "--xla_backend_optimization_level=1")
+# XLA:CPU's older loop emitters for elementwise fusions instead of its MLIR fusion emitters: they compile faster
+# (suite 504.8 -> 414.4 s back to back, BENCHMARKS.md). The MLP's results are the same bit for bit; a conv net's
+# move in float32 rounding. CI runs the trajectory tests once more with the fusion emitters on (.ci/run): a flag of
+# the same name already in XLA_FLAGS is kept.
+WORKER_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "--xla_backend_optimization_level=1",
+                "--xla_cpu_use_fusion_emitters=false")
 
 
 def xla_flags(*flags: str) -> str:
@@ -30,7 +35,8 @@ def xla_flags(*flags: str) -> str:
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-  os.environ["XLA_FLAGS"] = xla_flags(*[f for f in WORKER_FLAGS if f not in os.environ.get("XLA_FLAGS", "")])
+  _set = {f.split("=")[0] for f in os.environ.get("XLA_FLAGS", "").split()}
+  os.environ["XLA_FLAGS"] = xla_flags(*[f for f in WORKER_FLAGS if f.split("=")[0] not in _set])
 
 
 def golden_dir() -> pathlib.Path:

@@ -506,6 +506,11 @@ def test_table1_mnist_verdicts_by_hand_and_every_published_cell_listed():
   c, ref = t1.config("seq-mnist", "agem_batch", 200, 0), t1.config("seq-mnist", "agem", 200, 0)
   assert (c.method, c.method_args.task_samples, ref.method_args.task_samples) == ("agem", 10, 0)
   assert c.train.batch_size == 10 and t1.config("rot-mnist", "agem_batch", 500, 0).method_args.task_samples == 128
+  # iCaRL's second reading replays its exemplars as the DER paper's code cast them; iCaRL itself replays the images
+  c, ref = t1.config("seq-mnist", "icarl_uint8", 500, 0), t1.config("seq-mnist", "icarl", 500, 0)
+  assert (c.method, c.method_args.exemplars, ref.method_args.exemplars) == ("icarl", "published_uint8", "images")
+  assert ("rot-mnist", "icarl_uint8", 200) not in t1.BEST_ARGS
+  assert text.count("| iCaRL (the 2020 code's exemplars) |") == 2
 
 
 def test_threats_means_wait_for_a_seed_most_methods_lack_and_leave_out_the_few_behind():

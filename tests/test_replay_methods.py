@@ -3,6 +3,7 @@ train, resume and vmap like the contrastive family's."""
 
 import math
 import os
+from types import SimpleNamespace as NS
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from lasp_jax.method import buffer, registry
 from lasp_jax.method.base import StepInputs
 from lasp_jax.method.classifier import Replay
 from lasp_jax.method.der import logit_mse
+from lasp_jax.method.icarl import ICaRL
 from tests.conftest import Run, tiny_config
 
 
@@ -268,6 +270,16 @@ def test_icarl_keeps_herded_exemplars_per_class_and_reads_out_by_their_nearest_m
   labels = np.asarray(carry.state.memory.label)
   assert np.bincount(labels, minlength=4).tolist() == [10, 10, 10, 10]
   np.testing.assert_array_equal(np.asarray(carry.state.memory.index)[labels == 0], mem.index[mem.label == 0][:10])
+
+
+def test_icarl_replays_the_published_uint8_cast_of_its_exemplars_only_when_asked():
+  images = np.array([[0, 128, 255, 254], [255, 7, 0, 255], [3, 255, 1, 2]], np.uint8)
+  batch = NS(index=jnp.array([2, 0, 1]), is_current=jnp.array([1, 0, 0], bool))
+  s = NS(data=NS(images=jnp.asarray(images)), batch=batch)
+  got = np.asarray(ICaRL().step_images(s, NS(exemplars="published_uint8")))
+  # the current row as it is; an exemplar's pixel 1 (of 255) where it was white, else 0: the [0, 1] float cast to uint8
+  np.testing.assert_array_equal(got, [[3, 255, 1, 2], [0, 0, 1, 0], [1, 0, 0, 1]])
+  np.testing.assert_array_equal(np.asarray(ICaRL().step_images(s, NS(exemplars="images"))), images[[2, 0, 1]])
 
 
 def test_fdr_distance_and_its_memory_of_every_task_so_far(tmp_path):

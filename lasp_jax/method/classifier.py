@@ -39,6 +39,7 @@ class Settings:
   gamma: float = 0.5     # GEM: the margin of its dual (mammoth's --gamma)
   gss_minibatch: int = 0  # GSS: remembered samples its gradient scores are against
   hal_lambda: float = 0.1  # HAL: the weight of its anchors' drift
+  exemplars: str = "images"  # iCaRL: what its exemplar rows replay (icarl.py)
 
 
 class Replay(NamedTuple):
@@ -77,7 +78,7 @@ class Classifier(Method):
                     alpha=float(a.alpha), beta=float(a.beta), augment=bool(config.augment.train),
                     num_tasks=stream.num_tasks, gamma=float(a.get("gamma", 0.5)),
                     gss_minibatch=a.get("gss_minibatch_size", 0) or a.minibatch_size or config.train.batch_size,
-                    hal_lambda=float(a.get("hal_lambda", 0.1)))
+                    hal_lambda=float(a.get("hal_lambda", 0.1)), exemplars=a.get("exemplars", "images"))
 
   def init_memory(self, config, stream, **_):
     return buffer.empty(config.memory.size, stream.num_classes if self.keeps_logits else 0) if self.draws else {}
@@ -93,7 +94,10 @@ class Classifier(Method):
     return ce, {"ce": ce}
 
   def views(self, key, data, index, domain, aug_cfg, cfg: Settings):
-    images, angles = data.images[index], data.angles[domain]
+    return self.transform(key, data.images[index], data.angles[domain], aug_cfg, cfg)
+
+  def transform(self, key, images, angles, aug_cfg, cfg: Settings):
+    """The training views of uint8 ``images`` at their domains' ``angles``."""
     if cfg.augment:
       return augment.one_view(key, images, angles, aug_cfg)
     return augment.test_transform(images, angles, aug_cfg)

@@ -9,6 +9,9 @@ model's outputs, a nearest-mean-of-exemplars read-out.
   states. The current task is the batch's highest current label's (a batch holds current rows but in rare cases).
 * Read-out (``nme``): the class means of the exemplars' normalized features (renormalized); a test image goes to the
   nearest one. Features are the encoder's (no flipped copies: digits).
+* ``method_args.exemplars=published_uint8``: the exemplars replay as the DER paper's code (mammoth, 2020) replayed
+  them on MNIST: its buffer's [0, 1] floats cast to uint8 without scaling, so a pixel is 1/255 where it was white
+  and 0 elsewhere (its CIFAR branch scales by 255 first; today's mammoth does on MNIST too). Off by default.
 """
 
 from __future__ import annotations
@@ -78,8 +81,16 @@ class ICaRL(Classifier):
     bce = jnp.sum(w * per) / jnp.maximum(jnp.sum(w), 1.0)
     return bce, (feats, stats)
 
+  def step_images(self, s, cfg) -> jax.Array:
+    """The batch's uint8 images as its step reads them (``exemplars``: the exemplar rows' cast, see above)."""
+    images = s.data.images[s.batch.index]
+    if cfg.exemplars != "published_uint8":
+      return images
+    exemplar = (~s.batch.is_current).reshape((-1,) + (1,) * (images.ndim - 1))
+    return jnp.where(exemplar, (images == 255).astype(images.dtype), images)
+
   def observe(self, s, *, model, aug_cfg, cfg) -> Observation:
-    x = self.views(s.key, s.data, s.batch.index, s.batch.domain, aug_cfg, cfg)
+    x = self.transform(s.key, self.step_images(s, cfg), s.data.angles[s.batch.domain], aug_cfg, cfg)
     labels = s.data.labels[s.batch.index]
     (bce, (feats, stats)), grads = jax.value_and_grad(self.loss_terms, has_aux=True)(
         s.state.params, s, x, labels, model, cfg)

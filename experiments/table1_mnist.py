@@ -34,7 +34,7 @@ BENCHMARKS = {"seq-mnist": ("seq_mnist", ("class_il", "task_il")), "rot-mnist": 
 BOUNDS = {"ce_finetune": "SGD", "ce_joint": "JOINT"}
 METHODS = {"er": "ER", "der": "DER", "derpp": "DER++", "agem": "A-GEM", "gem": "GEM", "icarl": "iCaRL", "fdr": "FDR",
            "gss": "GSS", "hal": "HAL", "agem_batch": "A-GEM (a batch a task)",
-           "icarl_uint8": "iCaRL (the 2020 code's exemplars)"}
+           "icarl_uint8": "iCaRL (the 2020 code's exemplars)", "icarl_raw": "iCaRL (the 2020 code's, raw features)"}
 MEMORIES = (200, 500)
 # A reading of an ambiguous method or of its published code, run as its own row beside the method's (its published
 # figures): name -> (the registry's method it runs, its arguments beside the method's best ones).
@@ -42,6 +42,7 @@ VARIANTS = {
     "agem_batch": ("agem", lambda a: {"ts": a["bs"]}),  # A-GEM offered one training batch of each ended task (mammoth)
     # iCaRL's exemplars replayed as the DER paper's code did on MNIST: cast to uint8 unscaled (lasp_jax/method/icarl.py)
     "icarl_uint8": ("icarl", lambda a: {"ex": "published_uint8"}),
+    "icarl_raw": ("icarl", lambda a: {"ex": "published_raw"}),  # and herding and the read-out on raw features
 }
 
 # mammoth's utils/best_args.py (seq-mnist, rot-mnist): (benchmark, method, memory) -> lr, batch size, the memory

@@ -24,5 +24,6 @@ WINOGRAD = (0, 2, 4)                                              # model.winogr
 MODELS = ("resnet18", "mnistnet", "mlp")                                 # models.build_model
 BOUNDARIES = ("given", "detected")                                # data/streams.py: TaskFree when detected
 DETECTORS = ("auto", "novelty", "shift")                          # detectors.py
-# icarl.py: the exemplars it replays; published_uint8: the DER paper's code cast them to uint8 unscaled on MNIST
-EXEMPLARS = ("images", "published_uint8")
+# icarl.py: its exemplars; published_uint8: replayed as the DER paper's code cast them to uint8 unscaled on MNIST;
+# published_raw: that cast, and herding and the read-out on raw features, as that code
+EXEMPLARS = ("images", "published_uint8", "published_raw")

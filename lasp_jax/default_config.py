@@ -112,7 +112,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.method_args.gss_minibatch_size = 0  # GSS: remembered samples its scores compare against; 0 = minibatch_size
   c.method_args.hal_lambda = 0.1     # HAL: the weight of its anchors' drift (beta: its phi's momentum; gamma: anchors)
   c.method_args.task_samples = 0     # A-GEM, GEM: samples of each ended task offered to the memory; 0 = size // tasks
-  c.method_args.exemplars = "images"  # iCaRL: images | published_uint8 (the DER paper's code's cast, icarl.py)
+  c.method_args.exemplars = "images"  # iCaRL: images | published_uint8 | published_raw (the DER paper's code, icarl.py)
 
   c.lasp = ml_collections.ConfigDict()
   c.lasp.srs_data = "onlycurrent"  # onlycurrent | onlypast | combined

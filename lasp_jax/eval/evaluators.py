@@ -104,22 +104,31 @@ def _classify(model, variables, feats):
   return model.apply(variables, feats, method=models.Model.classify)
 
 
-def nme_readout(x: Inputs, t: int, pd: probe.ProbeData) -> probe.ProbeResult:
-  """Nearest mean of exemplars (iCaRL): each class's mean of its exemplars' L2-normalized features (renormalized);
-  a test row's logits are minus its distances to them (an unseen class: no mean, never chosen)."""
+def nme_readout(x: Inputs, t: int, pd: probe.ProbeData, normalize: bool = True) -> probe.ProbeResult:
+  """Nearest mean of exemplars (iCaRL) over the memory's exemplars (``nme_logits``)."""
   del t
   mem = x.method_memory
   n = int(buffer.filled(mem))
-  feats = l2_normalize(probe.extract_features(x.model, x.variables, x.data, np.asarray(mem.index)[:n],
-                                              np.asarray(mem.domain)[:n], x.aug_cfg))
-  labels = jnp.asarray(np.asarray(mem.label)[:n])
-  onehot = jax.nn.one_hot(labels, x.layout.num_classes)
-  means = l2_normalize(onehot.T @ feats)
-  dist = jnp.linalg.norm(l2_normalize(pd.test_feats)[:, None, :] - means[None, :, :], axis=-1)
-  return probe.scores(jnp.where(jnp.sum(onehot, 0)[None, :] > 0, -dist, -jnp.inf), pd, x.layout)
+  feats = probe.extract_features(x.model, x.variables, x.data, np.asarray(mem.index)[:n], np.asarray(mem.domain)[:n],
+                                 x.aug_cfg)
+  logits = nme_logits(feats, jnp.asarray(np.asarray(mem.label)[:n]), pd.test_feats, x.layout.num_classes, normalize)
+  return probe.scores(logits, pd, x.layout)
 
 
-EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout, "head": head_readout, "nme": nme_readout}
+def nme_logits(feats, labels, test_feats, num_classes: int, normalize: bool = True):
+  """Minus each test row's distances to the class means: of the exemplars' L2-normalized ``feats``, renormalized;
+  ``normalize=False`` (``nme_raw``): the raw features' plain means and distances, as the DER paper's code read iCaRL
+  out. A class with no exemplar has no mean and is never chosen."""
+  norm = l2_normalize if normalize else lambda a: a
+  onehot = jax.nn.one_hot(labels, num_classes)
+  counts, sums = jnp.sum(onehot, 0), onehot.T @ norm(feats)
+  means = l2_normalize(sums) if normalize else sums / jnp.maximum(counts, 1.0)[:, None]
+  dist = jnp.linalg.norm(norm(test_feats)[:, None, :] - means[None, :, :], axis=-1)
+  return jnp.where(counts[None, :] > 0, -dist, -jnp.inf)
+
+
+EVALUATORS = {"sgd": sgd_probe, "lbfgs": lbfgs_readout, "head": head_readout, "nme": nme_readout,
+              "nme_raw": functools.partial(nme_readout, normalize=False)}
 
 
 def raw_pixels(x: Inputs, t: int, pd: probe.ProbeData) -> dict:

@@ -11,7 +11,8 @@ model's outputs, a nearest-mean-of-exemplars read-out.
   nearest one. Features are the encoder's (no flipped copies: digits).
 * ``method_args.exemplars=published_uint8``: the exemplars replay as the DER paper's code (mammoth, 2020) replayed
   them on MNIST: its buffer's [0, 1] floats cast to uint8 without scaling, so a pixel is 1/255 where it was white
-  and 0 elsewhere (its CIFAR branch scales by 255 first; today's mammoth does on MNIST too). Off by default.
+  and 0 elsewhere (its CIFAR branch scales by 255 first; today's mammoth does on MNIST too). ``published_raw``:
+  that cast, and herding, class means and distances on the raw features, as that code computed them. Off by default.
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ class ICaRL(Classifier):
   metrics = ("loss", "bce", "z_norm", "z_var")
 
   def readout(self, config) -> str:
-    del config
-    return "nme"
+    return "nme_raw" if config.method_args.get("exemplars") == "published_raw" else "nme"
 
   def pool(self, stream, memory, t: int, slot=None, state=None):
     own = pools.task_pool(stream, t, slot)
@@ -84,7 +84,7 @@ class ICaRL(Classifier):
   def step_images(self, s, cfg) -> jax.Array:
     """The batch's uint8 images as its step reads them (``exemplars``: the exemplar rows' cast, see above)."""
     images = s.data.images[s.batch.index]
-    if cfg.exemplars != "published_uint8":
+    if cfg.exemplars == "images":
       return images
     exemplar = (~s.batch.is_current).reshape((-1,) + (1,) * (images.ndim - 1))
     return jnp.where(exemplar, (images == 255).astype(images.dtype), images)
@@ -111,7 +111,8 @@ class ICaRL(Classifier):
       keep = np.flatnonzero(old["label"] == c)[:m]
       for k in rows:
         rows[k].append(old[k][keep])
-    feats = np.asarray(l2_normalize(jnp.asarray(_features(task, state))))
+    feats = jnp.asarray(_features(task, state))
+    feats = np.asarray(feats if task.config.method_args.get("exemplars") == "published_raw" else l2_normalize(feats))
     for c in classes:
       own = np.flatnonzero(np.asarray(task.labels) == c)
       pick = own[herding(feats[own], m)]

@@ -11,8 +11,8 @@ constant learning rate, batch 128, no augmentation. This config is ER at memory 
 domains' test digits after the last.
 
 Runtime: ER at memory 200, 70 s of wall on 2 cores (AMD EPYC Zen 3). DER paper (Table 2), memory 200: ER 85.01
-(1.90), DER 90.04 (2.61), DER++ 90.43 (1.87); SGD 67.66, JOINT 95.76; measured here (seeds 0-3,
-results/table1_mnist/table.md): ER 83.73 (2.33). Not the R-MNIST rows of the LASP paper's
+(1.90), DER 90.04 (2.61), DER++ 90.43 (1.87); SGD 67.66, JOINT 95.76; measured here (seeds 0-4,
+results/table1_mnist/table.md): ER 84.18 (2.25). Not the R-MNIST rows of the LASP paper's
 Table 1: those are the Co2L paper's own runs on its conv net (the threats study's replay grid runs them on
 lasp_jax's).
 """

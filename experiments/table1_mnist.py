@@ -225,7 +225,9 @@ def table(rows) -> str:
            "SGD cells' read-out data): that task's no-representation reference, not a bound over every task.",
            "A-GEM's and GEM's memory: capacity // tasks random samples of each task as it ends (the DER paper's code",
            "release reads a loader of that size); A-GEM (a batch a task): one training batch of each task offered to",
-           "the memory's reservoir (mammoth today).", ""]
+           "the memory's reservoir (mammoth today). iCaRL (the 2020 code's ...): its exemplars replayed as the",
+           "DER paper's code replayed them on MNIST, cast to uint8 unscaled (near-black); with raw features: also",
+           "herded and read out on unnormalized features, as that code (`method_args.exemplars`, method/icarl.py).", ""]
   family = holm_family(rows)
   for bench, (_, scores) in BENCHMARKS.items():
     rs = [r for r in rows if r["benchmark"] == bench]

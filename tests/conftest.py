@@ -22,7 +22,7 @@ host_memory.keep_freed_memory()  # as lasp_jax.main does, before any test starts
 # train chunk's compile ~10 % (BENCHMARKS.md). It leaves XLA's own passes, and so the arithmetic, as they are: a
 # 2-task tiny run's results.json at -O1 equals the default's bit for bit.
 # XLA:CPU's older loop emitters for elementwise fusions instead of its MLIR fusion emitters: they compile faster
-# (suite 504.8 -> 414.4 s back to back, BENCHMARKS.md). The MLP's results are the same bit for bit; a conv net's
+# (the suite's user CPU -9 to -17 % back to back, BENCHMARKS.md). The MLP's results are the same; a conv net's
 # move in float32 rounding. CI runs the trajectory tests once more with the fusion emitters on (.ci/run): a flag of
 # the same name already in XLA_FLAGS is kept.
 WORKER_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "--xla_backend_optimization_level=1",

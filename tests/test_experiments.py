@@ -512,6 +512,7 @@ def test_table1_mnist_verdicts_by_hand_and_every_published_cell_listed():
   assert ("rot-mnist", "icarl_uint8", 200) not in t1.BEST_ARGS
   assert text.count("| iCaRL (the 2020 code's exemplars) |") == 2
   assert t1.config("seq-mnist", "icarl_raw", 200, 0).method_args.exemplars == "published_raw"
+  assert text.count("| iCaRL (the 2020 code's, raw features) |") == 2
 
 
 def test_threats_means_wait_for_a_seed_most_methods_lack_and_leave_out_the_few_behind():

@@ -7,6 +7,7 @@ from types import SimpleNamespace as NS
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -259,6 +260,8 @@ def test_icarl_is_refused_on_a_domain_stream_in_one_line(tmp_path):
   from lasp_jax.errors import ConfigError  # noqa: PLC0415
   with pytest.raises(ConfigError, match="method 'icarl' is defined for data.scenario class, not 'domain'"):
     config_lib.validate(config_lib.resolved(der_protocol(method="icarl", **{"data.scenario": "domain"})))
+  with pytest.raises(ConfigError, match="method_args.exemplars='published_raw' is iCaRL's; method 'er' has no"):
+    config_lib.validate(config_lib.resolved(der_protocol(method="er", **{"method_args.exemplars": "published_raw"})))
 
 
 def test_icarl_keeps_herded_exemplars_per_class_and_reads_out_by_their_nearest_mean(tmp_path):
@@ -284,6 +287,7 @@ def test_icarl_replays_the_published_uint8_cast_of_its_exemplars_only_when_asked
 
 
 def test_nearest_mean_of_exemplars_on_normalized_and_on_raw_features():
+  from lasp_jax.eval import evaluators  # noqa: PLC0415
   from lasp_jax.eval.evaluators import nme_logits  # noqa: PLC0415
   feats, labels = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 1.0]]), jnp.array([0, 0, 1])
   test = jnp.array([[0.9, 0.5]])
@@ -296,8 +300,10 @@ def test_nearest_mean_of_exemplars_on_normalized_and_on_raw_features():
   normed = np.asarray(nme_logits(feats, labels, test, 3))[0]
   np.testing.assert_allclose(normed[:2], [-math.hypot(u[0] - 1, u[1]), -math.hypot(u[0], u[1] - 1)], rtol=1e-6)
   assert normed.argmax() == 0
+  assert evaluators.EVALUATORS["nme_raw"].keywords == {"normalize": False}
   assert ICaRL().readout(NS(method_args={"exemplars": "published_raw"})) == "nme_raw"
   assert ICaRL().readout(NS(method_args={"exemplars": "published_uint8"})) == "nme"
+  assert ICaRL().readout(NS(method_args=ml_collections.ConfigDict())) == "nme"  # a config from before the key
 
 
 def test_fdr_distance_and_its_memory_of_every_task_so_far(tmp_path):

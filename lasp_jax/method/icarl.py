@@ -30,7 +30,7 @@ from lasp_jax.platform.numerics import l2_normalize
 
 
 def herding(feats: np.ndarray, m: int) -> np.ndarray:
-  """The rows of ``feats`` (L2-normalized, one class) that herding picks, in order: each the row that brings the
+  """The rows of ``feats`` (one class's features) that herding picks, in order: each the row that brings the
   mean of the picks closest to the class mean (a row is picked once)."""
   mu = feats.mean(0)
   picked, total = [], np.zeros_like(mu)
@@ -54,7 +54,7 @@ class ICaRL(Classifier):
   metrics = ("loss", "bce", "z_norm", "z_var")
 
   def readout(self, config) -> str:
-    return "nme_raw" if config.method_args.get("exemplars") == "published_raw" else "nme"
+    return "nme_raw" if _raw(config) else "nme"
 
   def pool(self, stream, memory, t: int, slot=None, state=None):
     own = pools.task_pool(stream, t, slot)
@@ -112,7 +112,7 @@ class ICaRL(Classifier):
       for k in rows:
         rows[k].append(old[k][keep])
     feats = jnp.asarray(_features(task, state))
-    feats = np.asarray(feats if task.config.method_args.get("exemplars") == "published_raw" else l2_normalize(feats))
+    feats = np.asarray(feats if _raw(task.config) else l2_normalize(feats))
     for c in classes:
       own = np.flatnonzero(np.asarray(task.labels) == c)
       pick = own[herding(feats[own], m)]
@@ -125,6 +125,11 @@ class ICaRL(Classifier):
     return state.replace(memory=mem._replace(index=pad(new["index"]), domain=pad(new["domain"]),
                                              label=pad(new["label"]), task=pad(new["task"]),
                                              seen=jnp.asarray(filled, jnp.int32)))
+
+
+def _raw(config) -> bool:
+  """Herding and the read-out on raw features (``exemplars=published_raw``), else on L2-normalized ones."""
+  return config.method_args.get("exemplars") == "published_raw"
 
 
 def _features(task, state):

@@ -7,8 +7,10 @@ from perf import hlo_cost, profile_ops
 
 
 def test_op_times_finds_the_ops_of_a_traced_program(tmp_path):
-  # Per program, the same switch profile_ops sets for the whole process before JAX starts.
-  f = jax.jit(lambda x: jnp.sum(jnp.sin(x) * 2.0, axis=0), compiler_options={"xla_cpu_enable_xprof_traceme": True})
+  # Per program, the same switch profile_ops sets for the whole process before JAX starts; and XLA's fusion emitters,
+  # which the suite's workers turn off (tests/conftest.py), as profile_ops meets them (their kernels name the ops).
+  f = jax.jit(lambda x: jnp.sum(jnp.sin(x) * 2.0, axis=0),
+              compiler_options={"xla_cpu_enable_xprof_traceme": True, "xla_cpu_use_fusion_emitters": True})
   x = jnp.ones((512, 256))
   jax.block_until_ready(f(x))
   with jax.profiler.trace(str(tmp_path)):

@@ -260,7 +260,8 @@ def test_icarl_is_refused_on_a_domain_stream_in_one_line(tmp_path):
   from lasp_jax.errors import ConfigError  # noqa: PLC0415
   with pytest.raises(ConfigError, match="method 'icarl' is defined for data.scenario class, not 'domain'"):
     config_lib.validate(config_lib.resolved(der_protocol(method="icarl", **{"data.scenario": "domain"})))
-  with pytest.raises(ConfigError, match="method_args.exemplars='published_raw' applies to method 'icarl' only, not 'er'"):
+  refusal = "method_args.exemplars='published_raw' applies to method 'icarl' only, not 'er'"
+  with pytest.raises(ConfigError, match=refusal):
     config_lib.validate(config_lib.resolved(der_protocol(method="er", **{"method_args.exemplars": "published_raw"})))
 
 

@@ -8,7 +8,7 @@ from ml_collections import config_flags
 
 from lasp_jax import config_lib, errors
 from lasp_jax.method import registry
-from lasp_jax.platform import host_memory
+from lasp_jax.platform import cpu_kernels, host_memory
 
 # Before JAX's backend starts: its threads take their malloc arenas then (host_memory.py).
 host_memory.keep_freed_memory()
@@ -69,6 +69,7 @@ def main(argv):
   # A bad value is one line (errors.run_app) before the library (jax, flax, optax, scipy: ~3 s) loads; config_lib
   # has no jax.
   config_lib.validate(config_lib.resolved(config))
+  cpu_kernels.set_process_flags(config.model.name)  # before jax starts its backend
   from lasp_jax import cli  # noqa: PLC0415  (jax loads here, after the config check)
   cli.run_command(config, FLAGS.workdir or default_workdir(config), baselines=FLAGS.baselines,
                   compile_cache=FLAGS.compile_cache)

@@ -119,7 +119,8 @@ def run_cli(workdir, *args, fault=None):
 def cli_in_process(module: str, *args):
   """``python -m MODULE ARGS`` in the repository, run inside this worker (runpy, as ``-m`` does) as a
   CompletedProcess (exit code, stdout, stderr): no new Python importing JAX and tracing again (~3 s each). The
-  flags it defined are removed after, so another command of the same flag names can run next."""
+  flags it defined are removed after, so another command of the same flag names can run next; $XLA_FLAGS (which
+  the command line may extend for the process it would start) is restored."""
   import contextlib  # noqa: PLC0415
   import io  # noqa: PLC0415
   import runpy  # noqa: PLC0415
@@ -129,7 +130,7 @@ def cli_in_process(module: str, *args):
 
   from absl import app, flags  # noqa: PLC0415
   app.define_help_flags()  # absl's own, defined once a process: kept
-  before, argv, cwd = set(flags.FLAGS), sys.argv, os.getcwd()
+  before, argv, cwd, xla = set(flags.FLAGS), sys.argv, os.getcwd(), os.environ.get("XLA_FLAGS")
   out, err, code = io.StringIO(), io.StringIO(), 0
   sys.argv = [module, *args]
   try:
@@ -142,6 +143,10 @@ def cli_in_process(module: str, *args):
   finally:
     os.chdir(cwd)
     sys.argv = argv
+    if xla is None:
+      os.environ.pop("XLA_FLAGS", None)
+    else:
+      os.environ["XLA_FLAGS"] = xla
     flags.FLAGS.unparse_flags()
     for name in set(flags.FLAGS) - before:
       delattr(flags.FLAGS, name)

@@ -1,5 +1,6 @@
 """XLA:CPU kernel choices (cpu_kernels.py) and the pooling written for XLA:CPU."""
 
+import os
 import re
 import tempfile
 
@@ -132,3 +133,18 @@ def test_train_chunk_has_only_canonical_convolutions():
   # (conv.py).
   assert len(labels) == 2, labels
   assert set(labels) == {"b01f_01io->b01f"}, labels
+
+
+def test_the_command_line_adds_the_mlps_process_flags_but_never_one_already_named(monkeypatch):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+  cpu_kernels.set_process_flags("mlp")
+  assert os.environ["XLA_FLAGS"] == "--xla_cpu_max_isa=AVX2 --xla_cpu_use_fusion_emitters=false"
+  cpu_kernels.set_process_flags("mlp")  # once only
+  assert os.environ["XLA_FLAGS"] == "--xla_cpu_max_isa=AVX2 --xla_cpu_use_fusion_emitters=false"
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")  # the user's value wins
+  cpu_kernels.set_process_flags("mlp")
+  assert os.environ["XLA_FLAGS"] == "--xla_cpu_use_fusion_emitters=true"
+  monkeypatch.delenv("XLA_FLAGS")
+  for net in ("mnistnet", "resnet18"):  # the conv nets keep XLA's defaults
+    cpu_kernels.set_process_flags(net)
+    assert "XLA_FLAGS" not in os.environ

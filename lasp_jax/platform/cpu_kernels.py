@@ -42,6 +42,7 @@ R-MNIST net's YNNPACK fusion types within the noise of each other. The choices s
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Optional
 
 CONVS = ("auto", "ynnpack", "xla")
@@ -84,3 +85,19 @@ def compiler_options(kernels: CpuKernels) -> Optional[dict]:
   if kernels.convs != "xla":
     return None
   return {YNN_FUSION_TYPE: ",".join(f"LIBRARY_FUSION_TYPE_{t}" for t in kernels.ynn_keeps)}
+
+
+# Process-wide XLA flags per network, for the command line (before JAX's backend starts): XLA:CPU's loop emitters for
+# elementwise fusions compile the MLP's programs, read-outs included, faster than its fusion emitters (a cold
+# Split-MNIST ER run 9.94 -> 8.44 s of wall, BENCHMARKS.md) with the same results (Split-MNIST ER, 3 Rotated MNIST
+# domains: accuracies and loss curves equal); a conv net's arithmetic would move, so they keep the default.
+PROCESS_FLAGS = {"mlp": ("--xla_cpu_use_fusion_emitters=false",)}
+
+
+def set_process_flags(model_name: str) -> None:
+  """Adds this network's ``PROCESS_FLAGS`` to $XLA_FLAGS, but none whose name $XLA_FLAGS already sets."""
+  current = os.environ.get("XLA_FLAGS", "")
+  named = {f.split("=")[0] for f in current.split()}
+  extra = [f for f in PROCESS_FLAGS.get(model_name, ()) if f.split("=")[0] not in named]
+  if extra:
+    os.environ["XLA_FLAGS"] = " ".join([current, *extra]).strip()

@@ -10,10 +10,10 @@ reservoir memory written at every step. This config is ER at memory 200 with mam
 batch 10, draws of 10); experiments/table1_mnist.py sets each method's. Read out by the classifier after every
 task; the figure is the mean over the 5 tasks' test digits after the last.
 
-Runtime: ER at memory 200, 11–15 s of wall on 2 cores (AMD EPYC Zen 3, no compilation cache). DER paper (Table 2),
-memory 200: ER 80.43 / 97.86, DER 84.55 / 98.80, DER++ 85.61 / 98.76 (Class-IL / Task-IL); SGD 19.60 / 94.94, JOINT
-95.57 / 99.51. Measured here (seeds 0-4, results/table1_mnist/table.md): ER 80.65 (1.67) / 98.07 (0.13); every
-other method in that table.
+Runtime: ER at memory 200, 7–11 s of wall on 2 cores (AMD EPYC Zen 3, no compilation cache; BENCHMARKS.md). DER
+paper (Table 2), memory 200: ER 80.43 / 97.86, DER 84.55 / 98.80, DER++ 85.61 / 98.76 (Class-IL / Task-IL); SGD
+19.60 / 94.94, JOINT 95.57 / 99.51. Measured here (seeds 0-4, results/table1_mnist/table.md): ER 80.65 (1.67) /
+98.07 (0.13); every other method in that table.
 """
 
 from lasp_jax.default_config import base_config

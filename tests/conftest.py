@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from lasp_jax.platform import host_memory
+from lasp_jax.platform import cpu_kernels, host_memory
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 host_memory.keep_freed_memory()  # as lasp_jax.main does, before any test starts JAX's backend
@@ -35,8 +35,7 @@ def xla_flags(*flags: str) -> str:
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-  _set = {f.split("=")[0] for f in os.environ.get("XLA_FLAGS", "").split()}
-  os.environ["XLA_FLAGS"] = xla_flags(*[f for f in WORKER_FLAGS if f.split("=")[0] not in _set])
+  cpu_kernels.add_xla_flags(*WORKER_FLAGS)
 
 
 def golden_dir() -> pathlib.Path:

@@ -95,9 +95,14 @@ PROCESS_FLAGS = {"mlp": ("--xla_cpu_use_fusion_emitters=false",)}
 
 
 def set_process_flags(model_name: str) -> None:
-  """Adds this network's ``PROCESS_FLAGS`` to $XLA_FLAGS, but none whose name $XLA_FLAGS already sets."""
+  """Adds this network's ``PROCESS_FLAGS`` to $XLA_FLAGS (``add_xla_flags``)."""
+  add_xla_flags(*PROCESS_FLAGS.get(model_name, ()))
+
+
+def add_xla_flags(*flags: str) -> None:
+  """Appends ``flags`` to $XLA_FLAGS, but none whose name $XLA_FLAGS already sets (the user's value wins)."""
   current = os.environ.get("XLA_FLAGS", "")
   named = {f.split("=")[0] for f in current.split()}
-  extra = [f for f in PROCESS_FLAGS.get(model_name, ()) if f.split("=")[0] not in named]
+  extra = [f for f in flags if f.split("=")[0] not in named]
   if extra:
     os.environ["XLA_FLAGS"] = " ".join([current, *extra]).strip()

@@ -394,8 +394,7 @@ def test_gpu_queue_keeps_no_raw_pixels_from_a_fit_that_printed_nothing(tmp_path)
 def test_gpu_queue_runs_the_next_cell_and_starts_none_past_its_budget(tmp_path):
   """A tiny Domain-IL dry run of the queue's command line: one cell, its raw pixels, the log; then a call whose
   budget is shorter than the finished cell took runs nothing."""
-  # The tiny config's Domain-IL runs, one step a call: the train programs of tests/test_task_free.py's runs (the
-  # compilation cache serves whichever comes second).
+  # The tiny config's Domain-IL runs, one step a call.
   tiny = ["--config=configs/tiny.py", "--set=data.scenario=domain", "--set=data.num_tasks=2",
           "--set=train.epochs_first=1", "--set=train.epochs=1", "--set=train.steps_per_call=1"]
   call = lambda *a: cli_in_process("experiments.gpu_queue", f"--out={tmp_path}", *tiny, *a)

@@ -175,7 +175,7 @@ def test_replay_remembers_what_finetuning_forgets(tmp_path):
 
 @pytest.mark.parametrize("method", ["er", "derpp"])
 def test_a_replay_run_stopped_mid_task_resumes_to_the_same_results(tmp_path, method):
-  config = der_protocol(method=method, **{"train.checkpoint_every_steps": 8})
+  config = der_protocol(method=method, **{"train.checkpoint_every_steps": 8, "data.num_tasks": 2})
   whole = train.train_and_evaluate(config, tmp_path / "whole")
   os.environ.update(LASP_FAULT="step:1:0:2", LASP_FAULT_MODE="raise")
   try:

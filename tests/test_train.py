@@ -470,6 +470,43 @@ def test_a_corrupted_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, 
     Run(config, tmp_path).maybe_restore()
 
 
+def _mixed_tree():
+  return {"state": {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "step": np.int32(7),
+                    "key": np.uint32([3, 4])}, "past": {"b": np.float32([0.5, -1.5]), "n": np.int32([[1, 2]])}}
+
+
+def test_a_checkpoint_packs_its_leaves_one_array_per_dtype_and_restores_them_bit_for_bit(tmp_path):
+  tree = _mixed_tree()
+  packed = checkpoint.pack(tree)
+  assert {k: v.tolist() for k, v in packed.items()} == {
+      "int32": [1, 2, 7], "float32": [0.5, -1.5, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "uint32": [3, 4]}  # tree order
+  ckpt = checkpoint.Checkpointer(tmp_path)
+  ckpt.save(tree, {"task": 3})
+  assert sorted(p.name for p in (tmp_path / "checkpoints" / "1").iterdir() if p.is_dir()) == ["meta", "packed"]
+  got, meta = ckpt.restore(jax.tree.map(np.zeros_like, tree))
+  assert meta == {"task": 3}
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b, strict=True), got, tree)
+
+
+def test_a_packed_checkpoint_is_refused_by_a_tree_of_another_layout_and_an_older_one_per_leaf_still_restores(
+    tmp_path):
+  """Sizes per dtype that add up are not enough: another tree (here two leaves' shapes swapped) is refused as
+  unreadable; a checkpoint of one array per leaf (older code) restores as it did."""
+  tree = _mixed_tree()
+  ckpt = checkpoint.Checkpointer(tmp_path / "packed")
+  ckpt.save(tree, {"task": 0})
+  other = {**tree, "past": {"b": np.float32([[0.5], [-1.5]]), "n": np.int32([1, 2])}}
+  with pytest.raises(TrainingError, match=r"no readable checkpoint .* \(tried 1 \(ValueError\)\)"):
+    ckpt.restore(other)
+  old = checkpoint.Checkpointer(tmp_path / "old")
+  old.manager.save(1, args=checkpoint.ocp.args.Composite(trees=checkpoint.ocp.args.StandardSave(tree),
+                                                         meta=checkpoint.ocp.args.JsonSave({"task": 2})))
+  old.manager.wait_until_finished()
+  got, meta = old.restore(jax.tree.map(np.zeros_like, tree))
+  assert meta == {"task": 2}
+  jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, b, strict=True), got, tree)
+
+
 def test_inconsistent_settings_are_refused_before_training(tmp_path):
   with pytest.raises(ConfigError, match="lasp.srs_data='onlypast' searches the replay memory, but memory.size is 0"):
     Run(tiny_config(**{"memory.size": 0, "lasp.srs_data": "onlypast"}), tmp_path)

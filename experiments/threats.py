@@ -34,7 +34,7 @@ Grids:
                {0.01, 0.03, 0.1}, and Co2L at lambda 0 (SupCon replay, no distillation), seeds 0-2. ER's lr is the
                one with the best mean validation accuracy of its own head (``choose_replay``).
   replay_weights  d600: DER++ at ER's chosen lr, (alpha, beta) in {(0.1, 0.5), (0.5, 0.5), (0.5, 1.0)}, seeds 0-2
-               (runs once replay_lr's ER cells are whole).
+               (runs once replay_lr's ER cells are whole); a setting a seed collapsed is out of the choice.
   replay_d2500  d2500: Co2L at lambda 0, ER at its chosen lr and DER++ at its chosen (alpha, beta) once d600 has
                chosen them, seeds 0-2, paired with the tuned grid's SD and Co2L; draws of 40 (ER's 5 steps an epoch
                then draw the memory's 200 rows, as Co2L's pool adds them).
@@ -174,13 +174,17 @@ def derpp_variant(lr: float, alpha: float, beta: float, draw: int = REPLAY_DRAWS
 
 def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
   """(label, {label: mean validation accuracy of the method's own head}) over the grid's ``labels`` whose every
-  seed finished healthy; None until each label has the same seeds. Reads no test figure."""
+  seed finished healthy; None until those labels have the same seeds. A label with a flagged or diverged seed is
+  out at once: no later seed can bring it back, so the choice waits for none of its seeds. Reads no test
+  figure."""
   cells = {lb: [r for r in choosing(rows) if r["grid"] == grid and r["method"] == lb] for lb in labels}
-  seeds = [sorted(r["seed"] for r in rs) for rs in cells.values()]
-  if not all(seeds) or any(x != seeds[0] for x in seeds):
+  if not all(cells.values()):
     return None
-  means = {lb: aggregate.mean_std(r["validation"]["head"] for r in rs)[0] for lb, rs in cells.items()
-           if all(_healthy(r) for r in rs)}
+  healthy = {lb: rs for lb, rs in cells.items() if all(_healthy(r) for r in rs)}
+  seeds = [sorted(r["seed"] for r in rs) for rs in healthy.values()]
+  if any(x != seeds[0] for x in seeds):
+    return None
+  means = {lb: aggregate.mean_std(r["validation"]["head"] for r in rs)[0] for lb, rs in healthy.items()}
   return (max(means, key=means.get), means) if means else None
 
 
@@ -200,8 +204,7 @@ def chosen_er_lr(rows) -> Optional[float]:
 
 
 def chosen_derpp_weights(rows, lr: Optional[float]) -> Optional[tuple[float, float]]:
-  """DER++'s (alpha, beta) by its own head's mean validation accuracy at ER's chosen lr, once replay_weights is
-  whole."""
+  """DER++'s (alpha, beta) by its own head's mean validation accuracy at ER's chosen lr (``choose_replay``)."""
   if lr is None:
     return None
   best = choose_replay(rows, "replay_weights", list(derpp_candidates(lr)))

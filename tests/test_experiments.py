@@ -546,6 +546,15 @@ def test_threats_table_names_ers_chosen_learning_rate_once_every_rate_has_the_sa
            for s in (0, 1)]
   assert "\n".join(threats._replay_choice_section(rows)).splitlines()[-1] == (
       "| DER++ | alpha, beta 0.5, 0.5 | 0.1, 0.5: 80.00, 0.5, 0.5: 88.00, 0.5, 1: 81.00 |")
+  # A collapsed seed rules its setting out at once; the healthy settings' seeds must still agree.
+  rows[-3]["flags"] = ["embedding_variance"]  # (0.5, 0.5) seed 1
+  rows += [{"grid": "replay_weights", "method": threats.derpp_variant(0.1, 0.1, 0.5).label, "seed": 2,
+            "validation": {"head": 99.0}, "flags": []}]
+  assert threats.chosen_derpp_weights(rows, 0.1) is None  # (0.5, 1) lacks seed 2
+  rows += [{"grid": "replay_weights", "method": threats.derpp_variant(0.1, 0.5, 1.0).label, "seed": 2,
+            "validation": {"head": 50.0}, "flags": []}]
+  assert threats.choose_replay(rows, "replay_weights", list(threats.derpp_candidates(0.1)))[1] == {
+      "DER++ lr0.1 a0.1 b0.5": pytest.approx(259 / 3), "DER++ lr0.1 a0.5 b1": pytest.approx(212 / 3)}
 
 
 def test_threats_seeds_past_the_choice_widen_the_verdicts_pairs_and_choose_nothing():

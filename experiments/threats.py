@@ -218,6 +218,13 @@ def replay_choice(rows) -> dict:
   return {**({"ER": lr} if lr else {}), **({"DER++": weights} if weights else {})}
 
 
+def replay_chosen(out: pathlib.Path) -> dict:
+  """:func:`replay_choice` over ``out``'s finished runs: replay_weights' cells exist only at ER's chosen lr, so
+  DER++'s weights are read once ER's lr is known."""
+  first = replay_choice(finished(out))
+  return replay_choice(finished(out, chosen=first)) if "ER" in first else first
+
+
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
 GRIDS = {"lambda": D600, "tuned": D2500, "memory500": D600, "sdgm": D600, "paper_steps": PAPER_STEPS,
          "memory500_steps": PAPER_STEPS, "paper_steps_current": PAPER_STEPS, "replay_lr": D600,
@@ -577,9 +584,8 @@ def _differences(rows, grid, chosen, every_row=()) -> list[str]:
 def collect(out: pathlib.Path) -> tuple[list[dict], dict]:
   """Every finished cell's row (the tuned grid's once the lambda grid has chosen, replay_weights' once ER's lr is
   chosen) and the lambda choice."""
-  rows = finished(out)
-  chosen = choose(rows)
-  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **replay_choice(rows)}), chosen
+  chosen = choose(finished(out))
+  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **replay_chosen(out)}), chosen
 
 
 def report(out: pathlib.Path) -> dict:
@@ -630,7 +636,7 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
                                "finished first")
     chosen = {"ER": lr}
   if grid in ("replay_d2500", "replay_paper_steps"):
-    chosen = replay_choice(finished(out))
+    chosen = replay_chosen(out)
     waiting = [m for m in ("ER", "DER++") if m not in chosen]
     if waiting:
       print(f"{grid}: {', '.join(waiting)} not chosen at d600 yet; running the cells that need no choice",

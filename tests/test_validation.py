@@ -328,7 +328,7 @@ def test_holm_power_and_welch_hand_values():
   assert (d - half, d + half, p) == pytest.approx((0.34072, 4.84262, 0.031688), rel=1e-4)
 
 
-def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_grid():
+def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_grid(monkeypatch, tmp_path):
   def row(grid, label, seed, m1, head_val, point="d600"):
     return {"grid": grid, "method": label, "head": "centred", "seed": seed, "m1": m1, "m2": m1 + 5, "sgd": m1 + 1,
             "lbfgs_test": m1 - 1, "sgd_last": None, "validation": {"head": head_val, "lbfgs": head_val - 1,
@@ -342,6 +342,11 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
             for (a, b), v in zip(threats.DERPP_WEIGHTS, (80.0, 88.0, 81.0)) for s in range(3)]
   assert threats.replay_choice(lr_rows + w_rows) == {"ER": 0.03, "DER++": (0.5, 0.5)}
   assert threats.replay_choice(lr_rows[:-1]) == {}  # lr 0.1 short of a seed: nothing chosen yet
+  # A folder's finished runs hold replay_weights' rows only where ER's lr is passed (its cells exist at it alone):
+  # DER++'s weights are read in a second pass.
+  fake = lambda out, seeds=range(10), chosen=None: lr_rows + (w_rows if (chosen or {}).get("ER") == 0.03 else [])
+  monkeypatch.setattr(threats, "finished", fake)
+  assert threats.replay_chosen(tmp_path) == {"ER": 0.03, "DER++": (0.5, 0.5)}
   # The cells: Co2L at lambda 0 needs no choice; ER and DER++ at d600's choices, drawing 40 (5 steps an epoch)
   cells = lambda chosen: [(c.label, c.point, c.config().method_args.minibatch_size)
                           for c in threats.cells("replay_d2500", range(1), chosen)]

@@ -15,14 +15,14 @@ import time
 
 import jax
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
-from lasp_jax import provenance, train
+from lasp_jax import errors, provenance, train
 from lasp_jax.loop import checkpoint, context
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/tiny.py", "the run whose trees are saved")
-_SAVES = flags.DEFINE_integer("saves", 15, "saves per form")
+_SAVES = flags.DEFINE_integer("saves", 15, "saves per form (the first two are left out)", lower_bound=3)
 
 
 def _per_leaf(ckpt: checkpoint.Checkpointer, trees, step: int) -> None:
@@ -61,4 +61,4 @@ def main(_):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  errors.run_app(main)

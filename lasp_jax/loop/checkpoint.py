@@ -70,6 +70,10 @@ def unpack(packed: dict, like):
   return jax.tree.unflatten(treedef, out)
 
 
+class LayoutMismatch(ValueError):
+  """A packed checkpoint holds another tree than the restoring run's (e.g. another model under resume=force)."""
+
+
 def layout(tree) -> list:
   """Each leaf's path, dtype and shape, in tree order: what a packed checkpoint must be restored into."""
   return [[jax.tree_util.keystr(path), np.dtype(leaf.dtype).name, list(np.shape(leaf))]
@@ -121,6 +125,9 @@ class Checkpointer:
     for step in sorted(self.manager.all_steps(), reverse=True):
       try:
         trees, meta = self._restore(step, abstract_trees)
+      except LayoutMismatch as e:
+        bad.append(f"{step} ({e})")
+        continue
       except Exception as e:  # pylint: disable=broad-except  (any damage: missing files, bad JSON, bad arrays)
         bad.append(f"{step} ({type(e).__name__})")
         continue
@@ -137,7 +144,7 @@ class Checkpointer:
       out = self.manager.restore(step, args=ocp.args.Composite(
           packed=ocp.args.StandardRestore(_packed_like(abstract_trees)), meta=ocp.args.JsonRestore()))
       if out["meta"].pop("tree_layout") != layout(abstract_trees):  # another tree whose sizes happen to add up
-        raise ValueError("the checkpoint's leaves are not this run's")
+        raise LayoutMismatch("holds another tree of arrays than this run's")
       return unpack(out["packed"], abstract_trees), out["meta"]
     out = self.manager.restore(step, args=ocp.args.Composite(trees=ocp.args.StandardRestore(abstract_trees),
                                                             meta=ocp.args.JsonRestore()))

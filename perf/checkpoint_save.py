@@ -51,7 +51,7 @@ def main(_):
   trees = context._trees(carry)  # pylint: disable=protected-access
   leaves = jax.tree.leaves(trees)
   p = provenance.provenance()
-  print(f"{p['cpu']}, commit {p['git_commit'][:7]}, {p['date']}; {len(leaves)} leaves, "
+  print(f"{p['cpu']}, commit {(p['git_commit'] or 'none')[:7]}, {p['date']}; {len(leaves)} leaves, "
         f"{sum(x.size for x in leaves):,} values; median of {_SAVES.value - 2} saves")
   leaf = _timed(_per_leaf, root / "per_leaf", trees)
   packed = _timed(lambda c, t, _: c.save(t, {}), root / "packed", trees)

@@ -96,8 +96,9 @@ def _check_combinations(c) -> None:
         f"method {c.method!r} is defined for data.scenario {' or '.join(traits['scenarios'])}, not "
         f"{c.data.scenario!r}")
   exemplars = (c.get("method_args") or {}).get("exemplars", "images")  # a config from before the key: the default
-  _fail(exemplars != "images" and c.method != "icarl",
-        f"method_args.exemplars={exemplars!r} applies to method 'icarl' only, not {c.method!r}")
+  keepers = " or ".join(repr(m) for m in registry.METHODS if registry.traits(m)["keeps_exemplars"])
+  _fail(exemplars != "images" and not traits["keeps_exemplars"],
+        f"method_args.exemplars={exemplars!r} applies to method {keepers} only, not {c.method!r}")
   _fail(c.boundaries == "detected" and traits["task_ends"],
         f"method {c.method!r} writes its memory where each task ends: it needs boundaries='given'")
   _fail(c.boundaries == "detected" and c.num_seeds > 1 and c.seeds_mode == "vmap",

@@ -114,6 +114,7 @@ class Method:
   task_ends: ClassVar[bool] = False   # needs to know where each task ends (end_task): given boundaries only
   scenarios: ClassVar[tuple] = ("class", "domain")  # the data.scenario values it is defined for
   published_srs_data: ClassVar[dict] = {}  # the look-ahead data of the published commands, per scenario
+  keeps_exemplars: ClassVar[bool] = False  # its memory holds exemplar rows: method_args.exemplars applies
 
   def distillation_weight(self, config) -> float:
     """lambda: ``train.ird_weight``, or the method's published value where it is < 0; 0 for a method that does

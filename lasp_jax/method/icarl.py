@@ -51,6 +51,7 @@ class ICaRL(Classifier):
   task_ends = True
   distills = True
   scenarios = ("class",)  # its read-out and exemplars are per class, its distillation over the past tasks' classes
+  keeps_exemplars = True  # method_args.exemplars: what they replay (images, or the DER paper's code's cast)
   metrics = ("loss", "bce", "z_norm", "z_var")
 
   def readout(self, config) -> str:

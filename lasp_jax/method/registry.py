@@ -45,14 +45,14 @@ def bounds(name: str) -> tuple:
 # What the config check asks of a method before jax loads (its class says the same: tests/test_methods.py holds
 # them equal), where it differs from DEFAULT_TRAITS.
 DEFAULT_TRAITS = {"cumulative": False, "task_ends": False, "looks_ahead": False, "scenarios": ("class", "domain"),
-                  "published_srs_data": {}, "selective": False, "norm_diverges": True}
+                  "published_srs_data": {}, "selective": False, "norm_diverges": True, "keeps_exemplars": False}
 FAMILY_TRAITS = {"cross-entropy": {"norm_diverges": False}}
 TRAITS = {
     "sd": {"looks_ahead": True, "selective": True, "published_srs_data": {"domain": "onlypast"}},
     "gm": {"looks_ahead": True}, "sd_gm": {"looks_ahead": True, "selective": True},
     "joint": {"cumulative": True}, "ce_joint": {"cumulative": True},
     "agem": {"task_ends": True}, "gem": {"task_ends": True}, "fdr": {"task_ends": True}, "hal": {"task_ends": True},
-    "icarl": {"task_ends": True, "scenarios": ("class",)},
+    "icarl": {"task_ends": True, "scenarios": ("class",), "keeps_exemplars": True},
 }
 
 _LOADED: dict = {}

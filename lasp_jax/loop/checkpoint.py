@@ -80,15 +80,6 @@ def layout(tree) -> list:
           for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
-def _packed_like(like) -> dict:
-  """Zero arrays of :func:`pack`'s names, dtypes and sizes for ``like`` (what ``StandardRestore`` reads into)."""
-  sizes = {}
-  for leaf in jax.tree.leaves(like):
-    name = np.dtype(leaf.dtype).name
-    sizes[name] = (sizes.get(name, (0, leaf.dtype))[0] + int(np.prod(np.shape(leaf))), leaf.dtype)
-  return {name: np.zeros(n, dtype) for name, (n, dtype) in sizes.items()}
-
-
 class Checkpointer:
   """Saves and restores run checkpoints under ``workdir/checkpoints``."""
 
@@ -142,7 +133,7 @@ class Checkpointer:
     """Checkpoint ``step``'s trees (packed, or one array per leaf as older code saved them) and meta."""
     if (self.path / str(step) / "packed").is_dir():
       out = self.manager.restore(step, args=ocp.args.Composite(
-          packed=ocp.args.StandardRestore(_packed_like(abstract_trees)), meta=ocp.args.JsonRestore()))
+          packed=ocp.args.StandardRestore(pack(abstract_trees)), meta=ocp.args.JsonRestore()))  # its shapes
       if out["meta"].pop("tree_layout") != layout(abstract_trees):  # another tree whose sizes happen to add up
         raise LayoutMismatch("holds another tree of arrays than this run's")
       return unpack(out["packed"], abstract_trees), out["meta"]

@@ -218,10 +218,10 @@ def replay_choice(rows) -> dict:
   return {**({"ER": lr} if lr else {}), **({"DER++": weights} if weights else {})}
 
 
-def replay_chosen(out: pathlib.Path) -> dict:
-  """:func:`replay_choice` over ``out``'s finished runs: replay_weights' cells exist only at ER's chosen lr, so
-  DER++'s weights are read once ER's lr is known."""
-  first = replay_choice(finished(out))
+def replay_chosen(out: pathlib.Path, rows: list[dict]) -> dict:
+  """:func:`replay_choice` over ``out``'s finished runs (``rows``: ``finished(out)``, read already): replay_weights'
+  cells exist only at ER's chosen lr, so DER++'s weights are read once ER's lr is known."""
+  first = replay_choice(rows)
   return replay_choice(finished(out, chosen=first)) if "ER" in first else first
 
 
@@ -584,8 +584,9 @@ def _differences(rows, grid, chosen, every_row=()) -> list[str]:
 def collect(out: pathlib.Path) -> tuple[list[dict], dict]:
   """Every finished cell's row (the tuned grid's once the lambda grid has chosen, replay_weights' once ER's lr is
   chosen) and the lambda choice."""
-  chosen = choose(finished(out))
-  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **replay_chosen(out)}), chosen
+  rows = finished(out)
+  chosen = choose(rows)
+  return finished(out, chosen={**{m: w for m, (w, _) in chosen.items()}, **replay_chosen(out, rows)}), chosen
 
 
 def report(out: pathlib.Path) -> dict:
@@ -636,7 +637,7 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
                                "finished first")
     chosen = {"ER": lr}
   if grid in ("replay_d2500", "replay_paper_steps"):
-    chosen = replay_chosen(out)
+    chosen = replay_chosen(out, finished(out))
     waiting = [m for m in ("ER", "DER++") if m not in chosen]
     if waiting:
       print(f"{grid}: {', '.join(waiting)} not chosen at d600 yet; running the cells that need no choice",

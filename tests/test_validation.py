@@ -346,7 +346,7 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   # DER++'s weights are read in a second pass.
   fake = lambda out, seeds=range(10), chosen=None: lr_rows + (w_rows if (chosen or {}).get("ER") == 0.03 else [])
   monkeypatch.setattr(threats, "finished", fake)
-  assert threats.replay_chosen(tmp_path) == {"ER": 0.03, "DER++": (0.5, 0.5)}
+  assert threats.replay_chosen(tmp_path, fake(tmp_path)) == {"ER": 0.03, "DER++": (0.5, 0.5)}
   # The cells: Co2L at lambda 0 needs no choice; ER and DER++ at d600's choices, drawing 40 (5 steps an epoch)
   cells = lambda chosen: [(c.label, c.point, c.config().method_args.minibatch_size)
                           for c in threats.cells("replay_d2500", range(1), chosen)]

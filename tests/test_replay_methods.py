@@ -289,16 +289,15 @@ def test_icarl_replays_the_published_uint8_cast_of_its_exemplars_only_when_asked
 
 def test_nearest_mean_of_exemplars_on_normalized_and_on_raw_features():
   from lasp_jax.eval import evaluators  # noqa: PLC0415
-  from lasp_jax.eval.evaluators import nme_logits  # noqa: PLC0415
   feats, labels = jnp.array([[1.0, 0.0], [3.0, 0.0], [0.0, 1.0]]), jnp.array([0, 0, 1])
   test = jnp.array([[0.9, 0.5]])
   # raw: means (2, 0) and (0, 1), distances sqrt(1.46) and sqrt(1.06): class 1; class 2 has no exemplar
-  raw = np.asarray(nme_logits(feats, labels, test, 3, normalize=False))[0]
+  raw = np.asarray(evaluators.nme_logits(feats, labels, test, 3, normalize=False))[0]
   np.testing.assert_allclose(raw[:2], [-math.sqrt(1.46), -math.sqrt(1.06)], rtol=1e-6)
   assert raw[2] == -np.inf and raw.argmax() == 1
   # normalized: means (1, 0) and (0, 1), the test row (0.874, 0.486): class 0
   u = np.array([0.9, 0.5]) / math.hypot(0.9, 0.5)
-  normed = np.asarray(nme_logits(feats, labels, test, 3))[0]
+  normed = np.asarray(evaluators.nme_logits(feats, labels, test, 3))[0]
   np.testing.assert_allclose(normed[:2], [-math.hypot(u[0] - 1, u[1]), -math.hypot(u[0], u[1] - 1)], rtol=1e-6)
   assert normed.argmax() == 0
   assert evaluators.EVALUATORS["nme_raw"].keywords == {"normalize": False}

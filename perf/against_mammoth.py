@@ -18,8 +18,8 @@ another seed: a grid's every run after its first compiles nothing. ``--published
 paper's ``minibatch_size`` (mammoth through perf/mammoth_timed.py, which restores it after mammoth's override).
 ``--set=alpha=0``: the same change to every cell's best arguments on both sides (e.g. DER++ without its logit term).
 Each cell's line ends with the two sides' difference in its first accuracy and its 95 % Welch interval (unpaired: a
-seed number draws other weights and orders on each side). ``--table_only=DIR``: an earlier race's table again, from
-its race.json.
+seed number draws other weights and orders on each side). ``--table_only=DIR[,DIR...]``: earlier races' rows in one
+table again, from their race.json (``--first_seed`` adds seeds to an earlier race).
 Pause background work for its minutes.
 """
 
@@ -56,13 +56,15 @@ OVERRIDES: dict = {}  # --set: the same change to every cell's best arguments, o
 def define_flags():
   flags.DEFINE_string("mammoth", None, "mammoth's scratch folder (run_mammoth.sh SCRATCH setup): venv/, mammoth/.")
   flags.DEFINE_list("cells", list(CELLS), f"Some of {list(CELLS)}.")
-  flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 of every cell.", lower_bound=1)
+  flags.DEFINE_integer("seeds", 3, "Seeds first_seed..first_seed+N-1 of every cell.", lower_bound=1)
+  flags.DEFINE_integer("first_seed", 0, "The first seed of every cell (e.g. to add seeds to an earlier race).",
+                       lower_bound=0)
   flags.DEFINE_string("five_seeds", "seq-er", "A cell whose seeds 0-4 also run as one vmapped program ('' = none).")
   flags.DEFINE_string("out", "", "Folder for race.json and table.md (optional).")
   flags.DEFINE_bool("published_draws", False, "Both sides draw the DER paper's minibatch_size, not the batch size.")
   flags.DEFINE_bool("warm", False, "Also time each lasp_jax run with a compilation cache filled at another seed.")
-  flags.DEFINE_string("table_only", "", "A folder of an earlier race: write its table.md again from its race.json "
-                      "(no run).")
+  flags.DEFINE_list("table_only", [], "Folders of earlier races: their rows in one table.md (in --out, or in the "
+                    "one folder given), from their race.json (no run).")
   flags.DEFINE_list("set", [], f"KEY=VALUE changes to every cell's best arguments on both sides, KEY one of "
                     f"{', '.join(ARGS)}: e.g. alpha=0 (DER++ without its logit term).")
 
@@ -194,6 +196,22 @@ def _filled_cache(bench: str, method: str, scratch: str, seeds: int) -> str:
   return cache
 
 
+def _table_only(folders: list, out: str) -> None:
+  """Earlier races' rows (e.g. seed 0 and then seeds 1-2 of a cell) in one table, printed and written."""
+  races = [pathlib.Path(f) / "race.json" for f in folders]
+  missing = [str(r.parent) for r in races if not r.exists()]
+  if missing:
+    raise errors.ConfigError(f"--table_only: no race.json in {', '.join(missing)}")
+  if len(races) > 1 and not out:
+    raise errors.ConfigError("--table_only with several folders needs --out for the joined table.md")
+  done = [json.loads(r.read_text()) for r in races]
+  rows = sorted((row for d in done for row in d["rows"]), key=lambda r: (r["cell"], r["seed"]))
+  text = table(rows, next((d["five_seeds"] for d in done if d["five_seeds"]), None))
+  pathlib.Path(out or folders[0]).mkdir(parents=True, exist_ok=True)
+  write_text_atomic(pathlib.Path(out or folders[0]) / "table.md", text)
+  print(text, end="")
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.ERROR)
@@ -202,13 +220,7 @@ def main(argv):
     raise errors.ConfigError(f"unknown cell {', '.join(bad)}; expected some of {', '.join(CELLS)}")
   OVERRIDES.update(parse_overrides(FLAGS.set))
   if FLAGS.table_only:
-    race = pathlib.Path(FLAGS.table_only) / "race.json"
-    if not race.exists():
-      raise errors.ConfigError(f"--table_only={FLAGS.table_only}: no race.json there")
-    done = json.loads(race.read_text())
-    text = table(done["rows"], done["five_seeds"])
-    write_text_atomic(race.parent / "table.md", text)
-    print(text, end="")
+    _table_only(FLAGS.table_only, FLAGS.out)
     return
   if not FLAGS.mammoth or not (pathlib.Path(FLAGS.mammoth) / "venv" / "bin" / "python").exists():
     raise errors.ConfigError("--mammoth must name a folder set up by run_mammoth.sh SCRATCH setup (venv/, mammoth/)")
@@ -217,7 +229,7 @@ def main(argv):
   for cell in FLAGS.cells:
     bench, method = CELLS[cell]
     cache = _filled_cache(bench, method, scratch, 1)
-    for seed in range(FLAGS.seeds):
+    for seed in range(FLAGS.first_seed, FLAGS.first_seed + FLAGS.seeds):
       rows.append({"cell": cell, "seed": seed, "ours": run_ours(bench, method, seed, scratch),
                    **({"ours_warm": run_ours(bench, method, seed, scratch, cache=cache)} if cache else {}),
                    "mammoth": run_mammoth(bench, method, seed, scratch)})

@@ -138,3 +138,26 @@ def test_the_race_table_again_from_its_file_gives_each_cells_welch_interval(tmp_
   p = stats.ttest_ind([80.0, 82.0], [78.0, 79.0], equal_var=False).pvalue
   line = (tmp_path / "table.md").read_text().splitlines()[-1]
   assert "class_il difference +2.50 [" in line and line.split("(Welch, p ")[1].startswith(f"{p:.2f})"), line
+
+
+def _race(folder, seeds, acc):
+  side = lambda a, wall: {"wall_s": wall, "train_s": wall / 2, "accuracy": [{"domain_il": a}]}
+  rows = [{"cell": "rot-er", "seed": s, "ours": side(a, 60.0), "mammoth": side(a + 1, 750.0)}
+          for s, a in zip(seeds, acc)]
+  folder.mkdir()
+  (folder / "race.json").write_text(json.dumps({"rows": rows, "five_seeds": None}))
+
+
+def test_earlier_races_join_in_one_table_seed_by_seed(tmp_path):
+  from lasp_jax import errors  # noqa: PLC0415
+  from perf import against_mammoth  # noqa: PLC0415
+  _race(tmp_path / "s12", [1, 2], [82.0, 84.0])  # a later race adds seeds 1-2 (--first_seed=1) to seed 0's
+  _race(tmp_path / "s0", [0], [80.0])
+  with pytest.raises(errors.ConfigError, match="needs --out"):
+    against_mammoth._table_only([str(tmp_path / "s0"), str(tmp_path / "s12")], "")
+  against_mammoth._table_only([str(tmp_path / "s12"), str(tmp_path / "s0")], str(tmp_path / "all"))
+  lines = (tmp_path / "all" / "table.md").read_text().splitlines()
+  assert [l.split("|")[2].strip() for l in lines[2:5]] == ["0", "1", "2"]
+  # each side's mean (std) over the three seeds, their 1.00 gap, and 2250 s of mammoth against 180 s
+  assert lines[5].startswith("rot-er: domain_il lasp_jax 82.00 (2.00), mammoth 83.00 (2.00); domain_il difference "
+                             "-1.00") and lines[5].endswith("wall 180 s against 2250 s (12.5x)")

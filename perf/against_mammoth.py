@@ -45,7 +45,11 @@ FLAGS = flags.FLAGS
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CELLS = {"seq-er": ("seq-mnist", "er"), "seq-derpp": ("seq-mnist", "derpp"), "rot-er": ("rot-mnist", "er"),
          "rot-derpp": ("rot-mnist", "derpp"), "seq-der": ("seq-mnist", "der"), "seq-hal": ("seq-mnist", "hal"),
-         "seq-icarl": ("seq-mnist", "icarl")}
+         "seq-icarl": ("seq-mnist", "icarl"), "rot-hal": ("rot-mnist", "hal"),
+         # mammoth's A-GEM offers its memory one training batch of each ended task: lasp_jax's reading of it
+         "rot-agem": ("rot-mnist", "agem_batch")}
+# Cells a race runs only when named: Table 1's Rotated MNIST rows below their published spread, run on both sides.
+BY_NAME = ("rot-hal", "rot-agem")
 # A best argument's name on mammoth's command line (table1_mnist.BEST_ARGS' keys beyond lr, batch and draw).
 MAMMOTH_NAMES = {"alpha": "alpha", "beta": "beta", "gamma": "gamma", "hal": "hal_lambda", "gmb": "gss_minibatch_size"}
 MEMORY = 200
@@ -55,7 +59,7 @@ OVERRIDES: dict = {}  # --set: the same change to every cell's best arguments, o
 
 def define_flags():
   flags.DEFINE_string("mammoth", None, "mammoth's scratch folder (run_mammoth.sh SCRATCH setup): venv/, mammoth/.")
-  flags.DEFINE_list("cells", list(CELLS), f"Some of {list(CELLS)}.")
+  flags.DEFINE_list("cells", [c for c in CELLS if c not in BY_NAME], f"Some of {list(CELLS)}.")
   flags.DEFINE_integer("seeds", 3, "Seeds first_seed..first_seed+N-1 of every cell.", lower_bound=1)
   flags.DEFINE_integer("first_seed", 0, "The first seed of every cell (e.g. to add seeds to an earlier race).",
                        lower_bound=0)
@@ -69,10 +73,17 @@ def define_flags():
                     f"{', '.join(ARGS)}: e.g. alpha=0 (DER++ without its logit term).")
 
 
+def registry_name(method: str) -> str:
+  """The method a cell runs on both sides: a reading of table1_mnist.VARIANTS runs its registry method."""
+  return table1_mnist.VARIANTS.get(method, (method,))[0]
+
+
 def best(bench: str, method: str, published_draws: bool = False) -> dict:
   """The cell's best arguments as mammoth runs them (its draw is as large as its batch), or with
   ``published_draws`` as the DER paper ran them (perf/mammoth_timed.py then puts mammoth's draw size back)."""
-  a = dict(table1_mnist.BEST_ARGS[(bench, method, MEMORY)])
+  base, variant = table1_mnist.VARIANTS.get(method, (method, lambda a: {}))
+  a = dict(table1_mnist.BEST_ARGS[(bench, base, MEMORY)])
+  a.update(variant(a))
   # --set's alpha or beta only where the method has them (mammoth refuses an argument its method lacks)
   mine = {k: v for k, v in OVERRIDES.items() if k in ("lr", "bs", "mb") or k in a}
   return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"], **mine}
@@ -96,8 +107,9 @@ def parse_overrides(items) -> dict:
 def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, cache: str = "",
                  published_draws: bool = False) -> list[str]:
   a = best(bench, method, published_draws)
-  keys = {"method": method, "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"], "train.batch_size": a["bs"],
-          **table1_mnist.method_keys(a), "eval.raw_pixels": False, "progress": False, "pictures": False}
+  keys = {"method": registry_name(method), "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"],
+          "train.batch_size": a["bs"], **table1_mnist.method_keys(a), "eval.raw_pixels": False, "progress": False,
+          "pictures": False}
   if seeds > 1:
     keys.update(num_seeds=seeds, seeds_mode="vmap")
   return [sys.executable, "-m", "lasp_jax.main", f"--config=configs/{table1_mnist.BENCHMARKS[bench][0]}.py",
@@ -107,7 +119,7 @@ def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, ca
 def mammoth_args(bench: str, method: str, seed: int, published_draws: bool = False) -> list[str]:
   a = best(bench, method, published_draws)
   extra = [f"--{name}={a[k]}" for k, name in MAMMOTH_NAMES.items() if k in a]
-  return [f"--dataset={bench}", f"--model={method}", f"--buffer_size={MEMORY}", f"--lr={a['lr']}",
+  return [f"--dataset={bench}", f"--model={registry_name(method)}", f"--buffer_size={MEMORY}", f"--lr={a['lr']}",
           f"--batch_size={a['bs']}", f"--minibatch_size={a['mb']}", *extra, "--n_epochs=1", "--non_verbose=1",
           f"--seed={seed}"]
 

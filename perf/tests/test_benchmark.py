@@ -70,7 +70,7 @@ def test_the_race_rows_divide_each_sides_own_times():
 
 @pytest.mark.parametrize("args,line", [
     (["--cells=seq-er,nope"], "error: unknown cell nope; expected some of seq-er, seq-derpp, rot-er, rot-derpp, "
-                              "seq-der, seq-hal, seq-icarl"),
+                              "seq-der, seq-hal, seq-icarl, rot-hal, rot-agem"),
     (["--set=gamma=1"], "error: --set=gamma=1: expected KEY=NUMBER with KEY one of lr, bs, mb, alpha, beta"),
     (["--set=alpha=x"], "error: --set=alpha=x: expected KEY=NUMBER with KEY one of lr, bs, mb, alpha, beta"),
     (["--mammoth=/nonexistent"], "error: --mammoth must name a folder set up by run_mammoth.sh SCRATCH setup "
@@ -94,6 +94,10 @@ def test_the_race_against_mammoth_runs_both_sides_with_mammoths_effective_draw()
   ours = against_mammoth.ours_command("seq-mnist", "derpp", 0, "/tmp/w", published_draws=True)
   assert "--config.method_args.minibatch_size=128" in ours and "--config.train.batch_size=10" in ours
   assert against_mammoth.best("seq-mnist", "er", True)["mb"] == 10  # ER's published draw is its batch already
+  # A-GEM as mammoth runs it (a training batch of each ended task offered to its memory) on both sides
+  assert "--model=agem" in against_mammoth.mammoth_args("rot-mnist", "agem_batch", 0)
+  ours = against_mammoth.ours_command("rot-mnist", "agem_batch", 0, "/tmp/w")
+  assert {"--config.method=agem", "--config.method_args.task_samples=128", "--config.train.batch_size=128"} <= set(ours)
   # a method's own best arguments under each side's name: HAL's anchors weight, beta and gamma
   assert {"--hal_lambda=0.1", "--beta=0.7", "--gamma=0.5"} <= set(against_mammoth.mammoth_args("seq-mnist", "hal", 0))
   ours = against_mammoth.ours_command("seq-mnist", "hal", 0, "/tmp/w")

@@ -425,21 +425,23 @@ def _replay_section(rs, grid, every_row) -> list[str]:
   for label in dict.fromkeys(r["method"] for r in rs):
     c = [r for r in rs if r["method"] == label]
     val = lambda k, c=c: _ms((r["validation"] or {}).get(k) for r in c)
-    head = label.startswith(("ER", "DER"))
-    body.append([label, len(c), val("head") if head else "–", val("lbfgs"), val("sgd"),
-                 _ms(r["m1"] for r in c) if head else "–", _ms(r["lbfgs_test"] for r in c), _ms(r["sgd"] for r in c),
-                 _ms(r["m2"] for r in c), ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok"])
+    head, flagged = label.startswith(("ER", "DER")), sum(bool(r["flags"]) for r in c)
+    own = "m1" if head else "lbfgs_test"
+    clean = [r[own] for r in c if not r["flags"]]  # the flagged runs counted apart
+    body.append([f"{label}{f' †{flagged}' if flagged else ''}", len(c), val("head") if head else "–", val("lbfgs"),
+                 val("sgd"), _ms(r["m1"] for r in c) if head else "–", _ms(r["lbfgs_test"] for r in c),
+                 _ms(r["sgd"] for r in c), _ms(r["m2"] for r in c),
+                 ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok",
+                 (f"{_ms(clean)} ({len(clean)})" if clean else "none") if flagged else "as all"])
   lines += [aggregate.markdown_table(["method", "seeds", "validation head", "validation L-BFGS", "validation SGD",
                                       "test head", "test L-BFGS probe", "test SGD probe",
-                                      "test last angle (its read-out)", "health"], body), ""]
+                                      "test last angle (its read-out)", "health",
+                                      "test (its read-out), unflagged runs"], body), ""]
   diff, (grid_b, others) = [], REPLAY_PARTNERS[grid]
   others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
   for label in dict.fromkeys(r["method"] for r in rs):
     for other in others:
-      for metric, name in (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS")):
-        d = paired(every_row, grid, label, other, metric, grid_b=grid_b)
-        if len(d) >= 2:
-          diff.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
+      diff += _pair_lines(every_row, grid, label, other, grid_b, (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS")))
   if diff:
     lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "",
               aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], diff), ""]
@@ -463,6 +465,19 @@ def _replay_choice_section(rows) -> list[str]:
           aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
 
 
+def _pair_lines(rows, grid, label, other, grid_b, figures) -> list[list]:
+  """``label`` − ``other`` by each figure over every seed both have, and, where a flagged run is among those
+  pairs, again over the unflagged seeds alone (a collapse is reported, never only averaged in)."""
+  lines, unflagged = [], [r for r in rows if not r["flags"]]
+  for metric, name in figures:
+    d = paired(rows, grid, label, other, metric, grid_b=grid_b)
+    healthy = paired(unflagged, grid, label, other, metric, grid_b=grid_b)
+    for values, figure in ((d, name), (healthy if len(healthy) != len(d) else [], f"{name}, unflagged seeds")):
+      if len(values) >= 2:
+        lines.append([f"{label} − {other}", figure, *aggregate.interval_cell(values)])
+  return lines
+
+
 def _wider_section(rows) -> list[str]:
   """d600's verdict pairs over every seed they have (seeds 3-4 beside the choice's 0-2): Co2L at lambda 0, ER and
   DER++ at their chosen settings, and SD, against the lambda grid's published pair; nothing until a pair has a
@@ -474,13 +489,8 @@ def _wider_section(rows) -> list[str]:
   mine += [("replay_lr", er_variant(pick["ER"]).label)] if "ER" in pick else []
   mine += [("replay_weights", derpp_variant(pick["ER"], *pick["DER++"]).label)] if "DER++" in pick else []
   mine += [(grid_b, lambda_variant("SD", PUBLISHED_LAMBDA["SD"]).label)]
-  body = []
-  for grid, label in mine:
-    for other in others:
-      for metric, name in REPLAY_FIGURES:
-        d = paired(rows, grid, label, other, metric, grid_b=grid_b) if label != other else []
-        if len(d) >= 2:
-          body.append([f"{label} − {other}", name, *aggregate.interval_cell(d)])
+  body = [line for grid, label in mine for other in others if label != other
+          for line in _pair_lines(rows, grid, label, other, grid_b, REPLAY_FIGURES)]
   return ["## d600 beside plain replay, every seed (the chosen settings; seeds 3-4 chose nothing)", "",
           aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], body), ""]
 

@@ -366,6 +366,15 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   assert "### Paired differences (the tuned grid's Co2L and SD, same seeds)" in text
   assert "| ER lr0.03 − SD lambda0.5 | test, each its own read-out | 3 | +3.00 [+3.00, +3.00] | above" in text
   assert "| ER lr0.03 − Co2L lambda2 | test, each its own read-out | 3 | +1.00 [+1.00, +1.00] | above" in text
+  # A fourth seed flagged (a collapse at some task): in the means and pairs, marked, and counted apart beside them
+  flagged = dict(row("replay_d2500", "ER lr0.03", 3, 60.0, 85.0, "d2500"), flags=["embedding_variance"])
+  text = threats.table(rows + [flagged] + [row("tuned", lb, 3, v + 3, 80.0, "d2500")
+                                           for lb, v in (("SD lambda0.5", 87.0), ("Co2L lambda2", 89.0))], {})
+  er_row = next(line for line in text.splitlines() if line.startswith("| ER lr0.03 †1 | 4 |"))
+  assert er_row.endswith("| embedding_variance | 91.00 (1.00) (3) |")  # 90, 91, 92: the unflagged seeds alone
+  assert ("| ER lr0.03 − SD lambda0.5 | test, each its own read-out, unflagged seeds | 3 | +3.00 [+3.00, +3.00] |"
+          in text)
+  assert "| ER lr0.03 − SD lambda0.5 | test, each its own read-out | 4 | -5.25 [" in text  # (3 + 3 + 3 - 30) / 4
   # The paper-step point: the same cells drawing 2 a step (116 steps an epoch), paired with paper_steps' runs
   steps = threats.cells("replay_paper_steps", range(1), {"ER": 0.03})
   assert [(c.label, c.point, c.config().method_args.minibatch_size) for c in steps] == [

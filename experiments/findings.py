@@ -80,10 +80,6 @@ def threat_intervals() -> list[tuple[str, str, list[float]]]:
 PAPER_GAP = ((98.80, 0.26, 5), (97.90, 1.92, 5))
 
 
-def _p(p) -> str:
-  return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
 def table(rows) -> str:
   from lasp_jax.eval import metrics  # noqa: PLC0415  (scipy, for the p-values)
   ps = [metrics.paired_p(d) for _, _, d in rows]
@@ -92,7 +88,8 @@ def table(rows) -> str:
   for (panel, label, d), p, adj in zip(rows, ps, adjusted):
     _, std, n = metrics.mean_std(d)
     effect = metrics.detectable_effect(std, n)
-    body.append([panel, label, *aggregate.interval_cell(d), _p(p), _p(adj), "–" if effect is None else f"{effect:.2f}"])
+    body.append([panel, label, *aggregate.interval_cell(d), aggregate.p_cell(p), aggregate.p_cell(adj),
+                 "–" if effect is None else f"{effect:.2f}"])
   t, dof, p_paper = metrics.welch(*PAPER_GAP)
   return "\n".join(["# The verdict's paired differences", "",
                     "Produced by `python -m experiments.findings`. Per-angle Domain-IL (Rotated MNIST) or Class-IL",

@@ -60,6 +60,7 @@ from experiments import aggregate, runner, studies
 from experiments.studies import EQUAL_HEADS_POINTS, Point, Variant
 from lasp_jax import config_lib, errors
 from lasp_jax.data import streams
+from lasp_jax.eval import metrics
 from lasp_jax.loop.checkpoint import write_json_atomic, write_text_atomic
 
 FLAGS = flags.FLAGS
@@ -441,7 +442,9 @@ def _replay_section(rs, grid, every_row) -> list[str]:
   others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
   for label in dict.fromkeys(r["method"] for r in rs):
     for other in others:
-      diff += _pair_lines(every_row, grid, label, other, grid_b, (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS")))
+      figures = (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS"))
+      diff += [[name, figure, *aggregate.interval_cell(d)]
+               for name, figure, d in _pairs_by_figure(every_row, grid, label, other, grid_b, figures)]
   if diff:
     lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "",
               aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], diff), ""]
@@ -465,7 +468,7 @@ def _replay_choice_section(rows) -> list[str]:
           aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
 
 
-def _pair_lines(rows, grid, label, other, grid_b, figures) -> list[list]:
+def _pairs_by_figure(rows, grid, label, other, grid_b, figures) -> list[tuple]:
   """``label`` − ``other`` by each figure over every seed both have, and, where a flagged run is among those
   pairs, again over the unflagged seeds alone (a collapse is reported, never only averaged in)."""
   lines, unflagged = [], [r for r in rows if not r["flags"]]
@@ -474,7 +477,7 @@ def _pair_lines(rows, grid, label, other, grid_b, figures) -> list[list]:
     healthy = paired(unflagged, grid, label, other, metric, grid_b=grid_b)
     for values, figure in ((d, name), (healthy if len(healthy) != len(d) else [], f"{name}, unflagged seeds")):
       if len(values) >= 2:
-        lines.append([f"{label} − {other}", figure, *aggregate.interval_cell(values)])
+        lines.append((f"{label} − {other}", figure, values))
   return lines
 
 
@@ -489,10 +492,19 @@ def _wider_section(rows) -> list[str]:
   mine += [("replay_lr", er_variant(pick["ER"]).label)] if "ER" in pick else []
   mine += [("replay_weights", derpp_variant(pick["ER"], *pick["DER++"]).label)] if "DER++" in pick else []
   mine += [(grid_b, lambda_variant("SD", PUBLISHED_LAMBDA["SD"]).label)]
-  body = [line for grid, label in mine for other in others if label != other
-          for line in _pair_lines(rows, grid, label, other, grid_b, REPLAY_FIGURES)]
+  found = [line for grid, label in mine for other in others if label != other
+           for line in _pairs_by_figure(rows, grid, label, other, grid_b, REPLAY_FIGURES)]
+  ps = [metrics.paired_p(d) for _, _, d in found]
+  holm = {}  # Holm's adjustment within each figure: its rows are this section's comparisons once each
+  for figure in dict.fromkeys(f for _, f, _ in found):
+    at = [k for k, (_, f, _) in enumerate(found) if f == figure]
+    holm.update(zip(at, metrics.holm([ps[k] for k in at])))
+  body = [[name, figure, *aggregate.interval_cell(d), aggregate.p_cell(ps[k]), aggregate.p_cell(holm[k])]
+          for k, (name, figure, d) in enumerate(found)]
   return ["## d600 beside plain replay, every seed (the chosen settings; seeds 3-4 chose nothing)", "",
-          aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], body), ""]
+          "p: the paired t test's; Holm p: adjusted over the rows of the same figure.", "",
+          aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict", "p",
+                                    "Holm p"], body), ""]
 
 
 def _choice_row(method: str, what: str, best: tuple, names: dict) -> list[str]:

@@ -132,6 +132,11 @@ def paired_p(diffs: Iterable[Optional[float]]) -> Optional[float]:
   return float(2 * stats.t.sf(abs(mean) / (std / math.sqrt(n)), n - 1))
 
 
+def p_cell(p: Optional[float]) -> str:
+  """A p-value as a table shows it."""
+  return "–" if p is None else "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 def holm(pvalues: list[Optional[float]]) -> list[Optional[float]]:
   """Holm's step-down adjusted p-values over a family of tests (None entries are not tests): the k-th smallest of m
   p-values times (m - k + 1), made non-decreasing, at most 1."""

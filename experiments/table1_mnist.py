@@ -131,13 +131,18 @@ def workdir(out: pathlib.Path, bench: str, method: str, memory: int, seed: int) 
   return out / "runs" / bench / (f"{method}_m{memory}" if memory else method) / f"s{seed}"
 
 
+def registry_method(method: str) -> str:
+  """The registry's method a row runs: a reading of VARIANTS runs its method (BEST_ARGS holds the reading's
+  arguments)."""
+  return VARIANTS[method][0] if method in VARIANTS else method
+
+
 def config(bench: str, method: str, memory: int, seed: int):
   """The cell's config: the benchmark's, the method's best arguments, the seed."""
   import importlib  # noqa: PLC0415
   c = importlib.import_module(f"configs.{BENCHMARKS[bench][0]}").get_config()
   a = BEST_ARGS[(bench, method, memory)]
-  runs = VARIANTS[method][0] if method in VARIANTS else method
-  return config_lib.override(c, method=runs, seed=seed, progress=False, pictures=False, **{
+  return config_lib.override(c, method=registry_method(method), seed=seed, progress=False, pictures=False, **{
       "memory.size": memory, "train.lr": a["lr"], "train.batch_size": a["bs"], **method_keys(a),
       "eval.raw_pixels": method == "ce_finetune"})
 

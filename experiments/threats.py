@@ -371,12 +371,10 @@ def table(rows, chosen) -> str:
     body = []
     for head, label in dict.fromkeys((r["head"], r["method"]) for r in rs):
       c = _cell_rows(rs, grid, label, head)
-      flagged = sum(bool(r["flags"]) for r in c)
       val = lambda k, c=c: _ms((r["validation"] or {}).get(k) for r in c)
-      clean = [r["m1"] for r in c if not r["flags"]]  # the flagged runs counted apart
-      body.append([f"{label}{f' †{flagged}' if flagged else ''}", head, len(c), val("lbfgs"), val("sgd"),
-                   *(_ms(r[k] for r in c) for k in ("m1", "sgd", "m2", "raw_pixels")),
-                   (f"{_ms(clean)} ({len(clean)})" if clean else "none") if flagged else "as all"])
+      mark, unflagged = _flag_cells(c, "m1")
+      body.append([f"{label}{mark}", head, len(c), val("lbfgs"), val("sgd"),
+                   *(_ms(r[k] for r in c) for k in ("m1", "sgd", "m2", "raw_pixels")), unflagged])
     lines += [aggregate.markdown_table(["method", "head", "seeds", "validation L-BFGS", "validation SGD",
                                         "test L-BFGS", "test SGD probe", "test last angle (L-BFGS)",
                                         "raw pixels", "test L-BFGS, unflagged runs"], body), ""]
@@ -418,6 +416,16 @@ REPLAY_PARTNERS = {"replay_lr": ("lambda", ("Co2L lambda1", "SD lambda5")),
                    "replay_paper_steps": ("paper_steps", ("Co2L", "SD onlypast"))}
 
 
+def _flag_cells(c, key: str) -> tuple[str, str]:
+  """A cell's mark (`†k`: k runs flagged) and its ``key`` figure over the unflagged runs alone (the flagged runs
+  counted apart), with their number; "as all" when none is flagged."""
+  flagged = sum(bool(r["flags"]) for r in c)
+  clean = [r[key] for r in c if not r["flags"]]
+  if not flagged:
+    return "", "as all"
+  return f" †{flagged}", f"{_ms(clean)} ({len(clean)})" if clean else "none"
+
+
 def _replay_section(rs, grid, every_row) -> list[str]:
   """A replay grid's cells by every read-out (the method's own head, both probes) on validation and test digits,
   and each setting's paired differences against Co2L (lambda 1) and SD (lambda 5) of the lambda grid, by each
@@ -426,23 +434,20 @@ def _replay_section(rs, grid, every_row) -> list[str]:
   for label in dict.fromkeys(r["method"] for r in rs):
     c = [r for r in rs if r["method"] == label]
     val = lambda k, c=c: _ms((r["validation"] or {}).get(k) for r in c)
-    head, flagged = label.startswith(("ER", "DER")), sum(bool(r["flags"]) for r in c)
-    own = "m1" if head else "lbfgs_test"
-    clean = [r[own] for r in c if not r["flags"]]  # the flagged runs counted apart
-    body.append([f"{label}{f' †{flagged}' if flagged else ''}", len(c), val("head") if head else "–", val("lbfgs"),
-                 val("sgd"), _ms(r["m1"] for r in c) if head else "–", _ms(r["lbfgs_test"] for r in c),
-                 _ms(r["sgd"] for r in c), _ms(r["m2"] for r in c),
-                 ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok",
-                 (f"{_ms(clean)} ({len(clean)})" if clean else "none") if flagged else "as all"])
+    head = label.startswith(("ER", "DER"))
+    mark, unflagged = _flag_cells(c, "m1" if head else "lbfgs_test")
+    body.append([f"{label}{mark}", len(c), val("head") if head else "–", val("lbfgs"), val("sgd"),
+                 _ms(r["m1"] for r in c) if head else "–", _ms(r["lbfgs_test"] for r in c), _ms(r["sgd"] for r in c),
+                 _ms(r["m2"] for r in c), ", ".join(sorted({f for r in c for f in r["flags"]})) or "ok", unflagged])
   lines += [aggregate.markdown_table(["method", "seeds", "validation head", "validation L-BFGS", "validation SGD",
                                       "test head", "test L-BFGS probe", "test SGD probe",
                                       "test last angle (its read-out)", "health",
                                       "test (its read-out), unflagged runs"], body), ""]
   diff, (grid_b, others) = [], REPLAY_PARTNERS[grid]
   others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
+  figures = (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS"))
   for label in dict.fromkeys(r["method"] for r in rs):
     for other in others:
-      figures = (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS"))
       diff += [[name, figure, *aggregate.interval_cell(d)]
                for name, figure, d in _pairs_by_figure(every_row, grid, label, other, grid_b, figures)]
   if diff:

@@ -73,17 +73,10 @@ def define_flags():
                     f"{', '.join(ARGS)}: e.g. alpha=0 (DER++ without its logit term).")
 
 
-def registry_name(method: str) -> str:
-  """The method a cell runs on both sides: a reading of table1_mnist.VARIANTS runs its registry method."""
-  return table1_mnist.VARIANTS.get(method, (method,))[0]
-
-
 def best(bench: str, method: str, published_draws: bool = False) -> dict:
   """The cell's best arguments as mammoth runs them (its draw is as large as its batch), or with
   ``published_draws`` as the DER paper ran them (perf/mammoth_timed.py then puts mammoth's draw size back)."""
-  base, variant = table1_mnist.VARIANTS.get(method, (method, lambda a: {}))
-  a = dict(table1_mnist.BEST_ARGS[(bench, base, MEMORY)])
-  a.update(variant(a))
+  a = dict(table1_mnist.BEST_ARGS[(bench, method, MEMORY)])  # a reading of VARIANTS: its arguments there too
   # --set's alpha or beta only where the method has them (mammoth refuses an argument its method lacks)
   mine = {k: v for k, v in OVERRIDES.items() if k in ("lr", "bs", "mb") or k in a}
   return {**a, "mb": a.get("mb", a["bs"]) if published_draws else a["bs"], **mine}
@@ -107,7 +100,7 @@ def parse_overrides(items) -> dict:
 def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, cache: str = "",
                  published_draws: bool = False) -> list[str]:
   a = best(bench, method, published_draws)
-  keys = {"method": registry_name(method), "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"],
+  keys = {"method": table1_mnist.registry_method(method), "seed": seed, "memory.size": MEMORY, "train.lr": a["lr"],
           "train.batch_size": a["bs"], **table1_mnist.method_keys(a), "eval.raw_pixels": False, "progress": False,
           "pictures": False}
   if seeds > 1:
@@ -119,9 +112,9 @@ def ours_command(bench: str, method: str, seed: int, workdir, seeds: int = 1, ca
 def mammoth_args(bench: str, method: str, seed: int, published_draws: bool = False) -> list[str]:
   a = best(bench, method, published_draws)
   extra = [f"--{name}={a[k]}" for k, name in MAMMOTH_NAMES.items() if k in a]
-  return [f"--dataset={bench}", f"--model={registry_name(method)}", f"--buffer_size={MEMORY}", f"--lr={a['lr']}",
-          f"--batch_size={a['bs']}", f"--minibatch_size={a['mb']}", *extra, "--n_epochs=1", "--non_verbose=1",
-          f"--seed={seed}"]
+  return [f"--dataset={bench}", f"--model={table1_mnist.registry_method(method)}", f"--buffer_size={MEMORY}",
+          f"--lr={a['lr']}", f"--batch_size={a['bs']}", f"--minibatch_size={a['mb']}", *extra, "--n_epochs=1",
+          "--non_verbose=1", f"--seed={seed}"]
 
 
 def run_ours(bench, method, seed, scratch, seeds: int = 1, cache: str = "") -> dict:

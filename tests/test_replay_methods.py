@@ -322,9 +322,9 @@ def test_fdr_distance_and_its_memory_of_every_task_so_far(tmp_path):
 
 def test_gss_scores_by_the_largest_cosine_and_keeps_a_sample_that_points_elsewhere():
   from lasp_jax.method.gss import max_cosine, offer  # noqa: PLC0415
-  G = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
-  assert float(max_cosine(jnp.array([2.0, 0.0]), G, jnp.array([True, True, True]))) == pytest.approx(2.0)
-  assert float(max_cosine(jnp.array([2.0, 0.0]), G, jnp.array([False, True, True]))) == pytest.approx(1.0)
+  G, g, valid3 = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]), jnp.array([2.0, 0.0]), jnp.array([True] * 3)
+  cosine = lambda valid: float(max_cosine(G @ g, jnp.linalg.norm(G, axis=1), jnp.linalg.norm(g), valid))
+  assert cosine(valid3) == pytest.approx(2.0) and cosine(jnp.array([False, True, True])) == pytest.approx(1.0)
   rows = {k: jnp.arange(4, dtype=jnp.int32) for k in ("index", "domain", "label", "task")}
   valid = jnp.ones(4, bool)
 
@@ -340,6 +340,39 @@ def test_gss_scores_by_the_largest_cosine_and_keeps_a_sample_that_points_elsewhe
   # ... one that points along it (score ~2, here 1e9) never does, nor any sample of a batch scored >= 1
   assert run(0.5, 1e9)[:2] == ([0, 1, 2], [0.5, 0.5, 0.5])
   assert run(1.5, 1e-9)[0] == [0, 1, 2]
+
+
+def test_the_gradient_gram_of_a_dense_network_equals_the_one_of_its_per_sample_gradients():
+  import optax  # noqa: PLC0415
+  from jax.flatten_util import ravel_pytree  # noqa: PLC0415
+
+  from lasp_jax.method import sample_grads  # noqa: PLC0415
+  from lasp_jax.model import models  # noqa: PLC0415
+  loss = optax.softmax_cross_entropy_with_integer_labels
+  x, y = jax.random.normal(jax.random.PRNGKey(1), (6, 28, 28, 1)), jnp.array([0, 1, 2, 0, 1, 2])
+
+  model_of = lambda name, **keys: models.build_model(
+      config_lib.override(tiny_config(), **{"model.name": name, **keys}), "classifier", 3)
+  model = model_of("mlp", **{"model.hidden": (5, 4)})
+  v = model.init(jax.random.PRNGKey(0), x, train=False)
+
+  @jax.jit
+  def both(v):
+    def row(image, label):
+      f = lambda p: loss(model.apply({**v, "params": p}, image[None], train=False)[1], label[None])[0]
+      return ravel_pytree(jax.grad(f)(v["params"]))[0]
+
+    g = jax.vmap(row)(x, y)
+    return sample_grads.gram(model, v, x, y, loss), g @ g.T
+
+  # the MLP (dense layers only): one backward pass gives every pair's inner product
+  k, expect = both(v)
+  np.testing.assert_allclose(k, expect, rtol=1e-4, atol=1e-6 * float(jnp.max(expect)))
+  assert float(jnp.max(jnp.abs(expect - jnp.diag(jnp.diag(expect))))) > 0.01 * float(jnp.max(expect))
+  # a convolution's weights are not a dense layer's: no Gram (decided while tracing), the caller forms the gradients
+  conv = model_of("mnistnet")
+  shapes = jax.eval_shape(lambda: conv.init(jax.random.PRNGKey(0), x, train=False))
+  assert jax.eval_shape(lambda v: sample_grads.gram(conv, v, x, y, loss), shapes) is None
 
 
 def test_hal_rings_each_tasks_portion_first_in_first_out_and_keeps_an_anchor_per_class(tmp_path):

@@ -443,16 +443,14 @@ def _replay_section(rs, grid, every_row) -> list[str]:
                                       "test head", "test L-BFGS probe", "test SGD probe",
                                       "test last angle (its read-out)", "health",
                                       "test (its read-out), unflagged runs"], body), ""]
-  diff, (grid_b, others) = [], REPLAY_PARTNERS[grid]
+  grid_b, others = REPLAY_PARTNERS[grid]
   others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
   figures = (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS"))
-  for label in dict.fromkeys(r["method"] for r in rs):
-    for other in others:
-      diff += [[name, figure, *aggregate.interval_cell(d)]
-               for name, figure, d in _pairs_by_figure(every_row, grid, label, other, grid_b, figures)]
-  if diff:
-    lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "",
-              aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict"], diff), ""]
+  found = [line for label in dict.fromkeys(r["method"] for r in rs) for other in others
+           for line in _pairs_by_figure(every_row, grid, label, other, grid_b, figures)]
+  if found:
+    lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "", P_NOTE, "",
+              aggregate.markdown_table(P_HEADER, _rows_with_p(found)), ""]
   return lines
 
 
@@ -499,17 +497,24 @@ def _wider_section(rows) -> list[str]:
   mine += [(grid_b, lambda_variant("SD", PUBLISHED_LAMBDA["SD"]).label)]
   found = [line for grid, label in mine for other in others if label != other
            for line in _pairs_by_figure(rows, grid, label, other, grid_b, REPLAY_FIGURES)]
+  return ["## d600 beside plain replay, every seed (the chosen settings; seeds 3-4 chose nothing)", "", P_NOTE, "",
+          aggregate.markdown_table(P_HEADER, _rows_with_p(found)), ""]
+
+
+P_HEADER = ["difference", "figure", "pairs", "mean [95 % interval]", "verdict", "p", "Holm p"]
+P_NOTE = "p: the paired t test's; Holm p: adjusted over the rows of the same figure."
+
+
+def _rows_with_p(found) -> list[list]:
+  """Each (difference, figure, pairs) of a section as a table row with its paired t test's p and Holm's
+  adjustment within its figure (a figure's rows: the section's comparisons, once each)."""
   ps = [metrics.paired_p(d) for _, _, d in found]
-  holm = {}  # Holm's adjustment within each figure: its rows are this section's comparisons once each
+  holm = {}
   for figure in dict.fromkeys(f for _, f, _ in found):
     at = [k for k, (_, f, _) in enumerate(found) if f == figure]
     holm.update(zip(at, metrics.holm([ps[k] for k in at])))
-  body = [[name, figure, *aggregate.interval_cell(d), aggregate.p_cell(ps[k]), aggregate.p_cell(holm[k])]
+  return [[name, figure, *aggregate.interval_cell(d), aggregate.p_cell(ps[k]), aggregate.p_cell(holm[k])]
           for k, (name, figure, d) in enumerate(found)]
-  return ["## d600 beside plain replay, every seed (the chosen settings; seeds 3-4 chose nothing)", "",
-          "p: the paired t test's; Holm p: adjusted over the rows of the same figure.", "",
-          aggregate.markdown_table(["difference", "figure", "pairs", "mean [95 % interval]", "verdict", "p",
-                                    "Holm p"], body), ""]
 
 
 def _choice_row(method: str, what: str, best: tuple, names: dict) -> list[str]:

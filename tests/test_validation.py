@@ -375,6 +375,11 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   assert ("| ER lr0.03 − SD lambda0.5 | test, each its own read-out, unflagged seeds | 3 | +3.00 [+3.00, +3.00] |"
           in text)
   assert "| ER lr0.03 − SD lambda0.5 | test, each its own read-out | 4 | -5.25 [" in text  # (3 + 3 + 3 - 30) / 4
+  # its p by hand: sd 16.5, t = -5.25 / (16.5 / 2) = -0.636 on 3 degrees of freedom; ER - Co2L (1, 1, 1, -32) has
+  # the same sd, t = -0.879, p 0.444: Holm over the figure's two rows makes both 2 x 0.444
+  sd_row = next(line for line in text.splitlines() if line.startswith("| ER lr0.03 − SD lambda0.5 | test, each its "
+                                                                        "own read-out | 4 |"))
+  assert sd_row.endswith("| 0.570 | 0.888 |")
   # The paper-step point: the same cells drawing 2 a step (116 steps an epoch), paired with paper_steps' runs
   steps = threats.cells("replay_paper_steps", range(1), {"ER": 0.03})
   assert [(c.label, c.point, c.config().method_args.minibatch_size) for c in steps] == [

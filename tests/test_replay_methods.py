@@ -363,7 +363,7 @@ def test_the_gradient_gram_of_a_dense_network_equals_the_one_of_its_per_sample_g
       return ravel_pytree(jax.grad(f)(v["params"]))[0]
 
     g = jax.vmap(row)(x, y)
-    return sample_grads.gram(model, v, x, y, loss), g @ g.T
+    return sample_grads.dense_gram(model, v, x, y, loss), g @ g.T
 
   # the MLP (dense layers only): one backward pass gives every pair's inner product
   k, expect = both(v)
@@ -372,7 +372,8 @@ def test_the_gradient_gram_of_a_dense_network_equals_the_one_of_its_per_sample_g
   # a convolution's weights are not a dense layer's: no Gram (decided while tracing), the caller forms the gradients
   conv = model_of("mnistnet")
   shapes = jax.eval_shape(lambda: conv.init(jax.random.PRNGKey(0), x, train=False))
-  assert jax.eval_shape(lambda v: sample_grads.gram(conv, v, x, y, loss), shapes) is None
+  assert jax.eval_shape(lambda v: sample_grads.dense_gram(conv, v, x, y, loss), shapes) is None
+  assert jax.eval_shape(lambda v: sample_grads.gram(conv, v, x, y, loss), shapes).shape == (6, 6)
 
 
 def test_hal_rings_each_tasks_portion_first_in_first_out_and_keeps_an_anchor_per_class(tmp_path):

@@ -17,10 +17,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import optax
-from jax.flatten_util import ravel_pytree
 
 from lasp_jax.method import buffer, sample_grads
-from lasp_jax.method.base import Observation, embedding_stats, forward
+from lasp_jax.method.base import Observation, embedding_stats
 from lasp_jax.method.er import ER
 
 
@@ -84,8 +83,9 @@ class GSS(ER):
     buf = held.state.memory
     slots, valid = buffer.draw(buf, k_draw, cfg.gss_minibatch)
     drawn = self.views(k_view, held.data, buf.index[slots], buf.domain[slots], aug_cfg, cfg)
-    k = gradient_gram(model, {"params": params, "batch_stats": held.state.batch_stats},
-                      jnp.concatenate([x, drawn]), jnp.concatenate([labels, buf.label[slots]]))
+    k = sample_grads.gram(model, {"params": params, "batch_stats": held.state.batch_stats},
+                          jnp.concatenate([x, drawn]), jnp.concatenate([labels, buf.label[slots]]),
+                          optax.softmax_cross_entropy_with_integer_labels)
     n, w = x.shape[0], held.batch.valid.astype(jnp.float32)
     norms = jnp.sqrt(jnp.maximum(jnp.diagonal(k), 0.0))
     own_drawn = k[:n, n:]
@@ -95,22 +95,3 @@ class GSS(ER):
     single_c = jax.vmap(lambda dots, norm: max_cosine(dots, norms[n:], norm, valid))(own_drawn, norms[:n])
     return batch_c, single_c
 
-
-def row_loss(logits, labels):
-  return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-
-
-def gradient_gram(model, variables, images, labels):
-  """The Gram matrix of the rows' loss gradients: from one backward pass where the network is dense layers
-  (sample_grads), else from the gradients themselves."""
-  k = sample_grads.gram(model, variables, images, labels, row_loss)
-  if k is not None:
-    return k
-
-  def one(image, label):
-    grads = jax.grad(lambda p: row_loss(forward(model, {**variables, "params": p}, image[None], train=False)[0][1],
-                                        label[None])[0])(variables["params"])
-    return ravel_pytree(grads)[0]
-
-  g = jax.vmap(one)(images, labels)
-  return g @ g.T

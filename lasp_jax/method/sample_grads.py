@@ -4,8 +4,8 @@ For a dense layer y = x W + b and a loss summed over rows, sample i's gradient i
 row of dL/dy, so <g_i, g_j> = (x_i . x_j)(d_i . d_j) + d_i . d_j: one forward and one backward of the batch give
 every pair's inner product, summed over the layers, in O(n^2 (fan_in + fan_out)) instead of n gradients of every
 weight (GSS scores 256 rows of a 90k-weight MLP each step: 1.5 GFLOP of cosines becomes ~30 MFLOP). It holds only
-when every weight the loss reaches is a dense layer's, applied once to (rows, features); ``gram`` returns None
-otherwise (convolutions, batch norm, a layer applied twice) and the caller forms the gradients.
+when every weight the loss reaches is a dense layer's, applied once to (rows, features); ``dense_gram`` returns None
+otherwise (convolutions, batch norm, a layer applied twice) and ``gram`` then forms the gradients.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Callable, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 
 def _dense_calls(model, variables, images, perturb=None):
@@ -29,7 +30,7 @@ def _dense_calls(model, variables, images, perturb=None):
     dense = context.module if isinstance(context.module, nn.Dense) else None
     if dense is not None and perturb is not None:
       y = y + perturb[sum(c[1] is not None for c in calls)].astype(y.dtype)
-    calls.append((context.module.path, dense, args[0] if dense else None, y))
+    calls.append((context.module.path, dense, None if dense is None else args[0], y))
     return y
 
   with nn.intercept_methods(record):
@@ -39,15 +40,16 @@ def _dense_calls(model, variables, images, perturb=None):
 
 def _supported(params, calls) -> bool:
   """Every parameter's module is a dense layer called once on (rows, features), or is never called."""
-  called = {c[0] for c in calls}
   dense = [c for c in calls if c[1] is not None]
-  if any(c[2].ndim != 2 for c in dense) or len({c[0] for c in dense}) != len(dense):
+  dense_paths = {c[0] for c in dense}
+  if any(c[2].ndim != 2 for c in dense) or len(dense_paths) != len(dense):
     return False
+  called = {c[0] for c in calls}
   owners = {tuple(k.key for k in path[:-1]) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
-  return all(o in {c[0] for c in dense} or o not in called for o in owners)
+  return all(o in dense_paths or o not in called for o in owners)
 
 
-def gram(model, variables, images, labels, loss: Callable) -> Optional[jax.Array]:
+def dense_gram(model, variables, images, labels, loss: Callable) -> Optional[jax.Array]:
   """K[i, j] = <grad of loss(row i), grad of loss(row j)> over the parameters, (n, n); None where the dense-layer
   identity does not hold (see the module's docstring). ``loss(logits, labels)`` returns one loss per row; the model
   returns (features, logits) and runs in eval mode (rows independent)."""
@@ -66,3 +68,18 @@ def gram(model, variables, images, labels, loss: Callable) -> Optional[jax.Array
     dd = d @ d.T
     k = k + (x @ x.T + c[1].use_bias) * dd  # the kernel's term, and the bias's where there is one
   return k
+
+
+def gram(model, variables, images, labels, loss: Callable) -> jax.Array:
+  """K[i, j] = <grad of loss(row i), grad of loss(row j)>: ``dense_gram`` where it holds, else from the rows'
+  gradients themselves."""
+  k = dense_gram(model, variables, images, labels, loss)
+  if k is not None:
+    return k
+
+  def one(image, label):
+    row = lambda p: loss(model.apply({**variables, "params": p}, image[None], train=False)[1], label[None])[0]
+    return ravel_pytree(jax.grad(row)(variables["params"]))[0]
+
+  g = jax.vmap(one)(images, labels)
+  return g @ g.T

@@ -35,11 +35,12 @@ Grids:
                one with the best mean validation accuracy of its own head (``choose_replay``).
   replay_weights  d600: DER++ at ER's chosen lr, (alpha, beta) in {(0.1, 0.5), (0.5, 0.5), (0.5, 1.0)}, seeds 0-2
                (runs once replay_lr's ER cells are whole); a setting a seed collapsed is out of the choice.
-  replay_d2500  d2500: Co2L at lambda 0, ER at its chosen lr and DER++ at its chosen (alpha, beta) once d600 has
-               chosen them, seeds 0-2, paired with the tuned grid's SD and Co2L; draws of 40 (ER's 5 steps an epoch
-               then draw the memory's 200 rows, as Co2L's pool adds them).
-  replay_paper_steps  the paper_steps point, centred head: as replay_d2500, paired with paper_steps' SD (onlypast)
-               and Co2L; draws of 2 (116 steps an epoch).
+  replay_d2500  d2500: Co2L at lambda 0; ER, and DER++ at d600's chosen (alpha, beta), each at lr in {0.03, 0.1}
+               (d600's two best: its 0.1 collapsed a seed of each here), the rate chosen per method on validation
+               as at d600; seeds 0-2, the chosen rate paired with the tuned grid's SD and Co2L; draws of 40 (ER's 5
+               steps an epoch then draw the memory's 200 rows, as Co2L's pool adds them).
+  replay_paper_steps  the paper_steps point, centred head: Co2L at lambda 0, ER and DER++ at the rates d2500 chose,
+               paired with paper_steps' SD (onlypast) and Co2L; draws of 2 (116 steps an epoch).
 Seeds 3-4 at d600: only the settings the verdict compares (``CHOICE_SEEDS``; e.g. ``--grids=replay_lr --first_seed=3
 --seeds=1 --methods=ER_lr0.1,Co2L_lambda0`` and ``--grids=lambda ... --methods=SD_lambda5,Co2L_lambda1``): they widen
 its paired intervals and choose nothing.
@@ -141,10 +142,8 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
   if grid == "replay_weights":
     lr = (chosen or {}).get("ER")
     return [] if lr is None else [("centred", derpp_variant(lr, a, b)) for a, b in DERPP_WEIGHTS]
-  if grid in ("replay_d2500", "replay_paper_steps"):  # d600's choices carried on, as the tuned grid carries lambdas
-    lr, weights, draw = (chosen or {}).get("ER"), (chosen or {}).get("DER++"), REPLAY_DRAWS[GRIDS[grid].name]
-    return [("centred", v) for v in (lambda_variant("Co2L", 0.0), lr and er_variant(lr, draw),
-                                     lr and weights and derpp_variant(lr, *weights, draw=draw)) if v]
+  if grid in ("replay_d2500", "replay_paper_steps"):
+    return [("centred", v) for v in (lambda_variant("Co2L", 0.0), *_replay_variants(grid, chosen or {}))]
   if grid == "paper_steps_current":
     return [(h, Variant("SD onlycurrent", "sd", (("lasp.srs_data", "onlycurrent"),))) for h in ("centred", "published")]
   if grid == "memory500_steps":  # the paper's second memory column at the paper-step point, the published lambda
@@ -153,6 +152,9 @@ def grid_variants(grid: str, chosen: dict | None = None) -> list[tuple[str, Vari
 
 
 REPLAY_LRS = (0.01, 0.03, 0.1)
+# d2500 chooses its own rate among d600's two best (0.01 trained worst there): d600's 0.1 collapsed a seed of ER
+# and of DER++ at d2500's 100 + 19 x 20 epochs of 5 steps. DER++ keeps d600's (alpha, beta).
+D2500_LRS = (0.03, 0.1)
 DERPP_WEIGHTS = ((0.1, 0.5), (0.5, 0.5), (0.5, 1.0))
 # The cross-entropy family at an equal-heads point: Co2L's network, schedule, augmentation and memory size; both
 # probes beside the head; a draw per step that takes the memory's 200 rows once an epoch, as Co2L's pool holds them
@@ -173,17 +175,49 @@ def derpp_variant(lr: float, alpha: float, beta: float, draw: int = REPLAY_DRAWS
                  (*replay_keys(draw), ("train.lr", lr), ("method_args.alpha", alpha), ("method_args.beta", beta)))
 
 
+def _replay_variants(grid: str, chosen: dict) -> list[Variant]:
+  """ER's and DER++'s cells of replay_d2500 (every rate of D2500_LRS; DER++ once d600 chose its weights) or of
+  replay_paper_steps (each method at the rate d2500 chose for it: ``chosen["ER d2500"]``, ``["DER++ d2500"]``)."""
+  draw, weights = REPLAY_DRAWS[GRIDS[grid].name], chosen.get("DER++")
+  if grid == "replay_d2500":
+    return [*(er_variant(lr, draw) for lr in D2500_LRS),
+            *((derpp_variant(lr, *weights, draw=draw) for lr in D2500_LRS) if weights else ())]
+  er, derpp = chosen.get("ER d2500"), chosen.get("DER++ d2500")
+  return [*([er_variant(er, draw)] if er else []), *([derpp_variant(derpp, *weights, draw=draw)] if derpp else [])]
+
+
+def d2500_candidates(weights) -> dict:
+  """replay_d2500's rate candidates: {"ER d2500": {label: lr}, "DER++ d2500": {...} once d600 chose DER++'s
+  weights}."""
+  draw = REPLAY_DRAWS[D2500.name]
+  out = {"ER d2500": {er_variant(lr, draw).label: lr for lr in D2500_LRS}}
+  if weights:
+    out["DER++ d2500"] = {derpp_variant(lr, *weights, draw=draw).label: lr for lr in D2500_LRS}
+  return out
+
+
+def d2500_choice(rows, weights) -> dict:
+  """Each method's rate at d2500 by its own head's mean validation accuracy (``choose_replay``: a rate a seed
+  collapsed is out), what is chosen yet."""
+  out = {}
+  for key, labels in d2500_candidates(weights).items():
+    best = choose_replay(rows, "replay_d2500", list(labels))
+    if best is not None:
+      out[key] = labels[best[0]]
+  return out
+
+
 def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
   """(label, {label: mean validation accuracy of the method's own head}) over the grid's ``labels`` whose every
-  seed finished healthy; None until those labels have the same seeds. A label with a flagged or diverged seed is
-  out at once: no later seed can bring it back, so the choice waits for none of its seeds. Reads no test
-  figure."""
+  seed finished healthy; None until each of those labels has every seed any label has. A label with a flagged or
+  diverged seed is out at once: no later seed can bring it back, so the choice waits for none of its seeds. Reads
+  no test figure."""
   cells = {lb: [r for r in choosing(rows) if r["grid"] == grid and r["method"] == lb] for lb in labels}
   if not all(cells.values()):
     return None
   healthy = {lb: rs for lb, rs in cells.items() if all(_healthy(r) for r in rs)}
-  seeds = [sorted(r["seed"] for r in rs) for rs in healthy.values()]
-  if any(x != seeds[0] for x in seeds):
+  every = sorted({r["seed"] for rs in cells.values() for r in rs})
+  if any(sorted(r["seed"] for r in rs) != every for rs in healthy.values()):
     return None
   means = {lb: aggregate.mean_std(r["validation"]["head"] for r in rs)[0] for lb, rs in healthy.items()}
   return (max(means, key=means.get), means) if means else None
@@ -220,10 +254,15 @@ def replay_choice(rows) -> dict:
 
 
 def replay_chosen(out: pathlib.Path, rows: list[dict]) -> dict:
-  """:func:`replay_choice` over ``out``'s finished runs (``rows``: ``finished(out)``, read already): replay_weights'
-  cells exist only at ER's chosen lr, so DER++'s weights are read once ER's lr is known."""
+  """:func:`replay_choice` over ``out``'s finished runs (``rows``: ``finished(out)``, read already), and d2500's rates
+  (``d2500_choice``): replay_weights' cells exist only at ER's chosen lr, so DER++'s weights are read once ER's lr
+  is known, and d2500's DER++ cells once its weights are."""
   first = replay_choice(rows)
-  return replay_choice(finished(out, chosen=first)) if "ER" in first else first
+  if "ER" not in first:
+    return first
+  second = replay_choice(finished(out, chosen=first))
+  # d2500's DER++ cells exist once d600's weights are chosen; its rates are chosen from them
+  return {**second, **d2500_choice(finished(out, chosen=second), second.get("DER++"))}
 
 
 BOUNDS = ("finetune", "joint")  # the paper-step point's lower and upper bound: seed 0 only
@@ -446,12 +485,25 @@ def _replay_section(rs, grid, every_row) -> list[str]:
   grid_b, others = REPLAY_PARTNERS[grid]
   others = others or list(dict.fromkeys(r["method"] for r in every_row if r["grid"] == grid_b))
   figures = (*REPLAY_FIGURES, ("lbfgs", "validation L-BFGS"))
-  found = [line for label in dict.fromkeys(r["method"] for r in rs) for other in others
+  found = [line for label in _compared(rs, grid, every_row) for other in others
            for line in _pairs_by_figure(every_row, grid, label, other, grid_b, figures)]
   if found:
     lines += [f"### Paired differences (the {grid_b} grid's Co2L and SD, same seeds)", "", P_NOTE, "",
               aggregate.markdown_table(P_HEADER, _rows_with_p(found)), ""]
   return lines
+
+
+def _compared(rs, grid, every_row) -> list[str]:
+  """The labels a replay grid pairs with Co2L and SD: replay_d2500's ER and DER++ at the rate chosen there once
+  chosen (every rate before), every label of the other grids."""
+  labels = list(dict.fromkeys(r["method"] for r in rs))
+  if grid != "replay_d2500":
+    return labels
+  weights = replay_choice(every_row).get("DER++")
+  chosen = d2500_choice(every_row, weights)
+  dropped = {lb for key, c in d2500_candidates(weights).items() if key in chosen
+             for lb, lr in c.items() if lr != chosen[key]}
+  return [lb for lb in labels if lb not in dropped]
 
 
 def _replay_choice_section(rows) -> list[str]:
@@ -462,11 +514,16 @@ def _replay_choice_section(rows) -> list[str]:
   if er is None:
     return []
   lr = ers[er[0]]
-  body = [_choice_row("ER", "learning rate", er, {k: f"{v:g}" for k, v in ers.items()})]
+  body = [_choice_row("ER", "learning rate", er, {k: f"{v:g}" for k, v in ers.items()}, rows, "replay_lr")]
   weights = {k: f"{a:g}, {b:g}" for k, (a, b) in derpp_candidates(lr).items()}
   derpp = choose_replay(rows, "replay_weights", list(weights))
   if derpp:
-    body.append(_choice_row("DER++", "alpha, beta", derpp, weights))
+    body.append(_choice_row("DER++", "alpha, beta", derpp, weights, rows, "replay_weights"))
+  for key, labels in d2500_candidates(derpp_candidates(lr)[derpp[0]] if derpp else None).items():
+    best = choose_replay(rows, "replay_d2500", list(labels))
+    if best:
+      body.append(_choice_row(key.replace("d2500", "at d2500"), "learning rate", best,
+                              {k: f"{v:g}" for k, v in labels.items()}, rows, "replay_d2500"))
   return ["## The replay methods' choice (validation only, each by its own head)", "",
           aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
 
@@ -517,10 +574,17 @@ def _rows_with_p(found) -> list[list]:
           for k, (name, figure, d) in enumerate(found)]
 
 
-def _choice_row(method: str, what: str, best: tuple, names: dict) -> list[str]:
-  """A row of that table: the chosen candidate (``best``: choose_replay's) by ``names`` and every candidate's mean."""
+def _choice_row(method: str, what: str, best: tuple, names: dict, rows, grid: str) -> list[str]:
+  """A row of that table: the chosen candidate (``best``: choose_replay's) by ``names``, every candidate's mean,
+  and a candidate ruled out by a flagged or diverged seed with their count."""
   label, means = best
-  return [method, f"{what} {names[label]}", ", ".join(f"{names[k]}: {v:.2f}" for k, v in means.items())]
+
+  def cell(k):
+    if k in means:
+      return f"{names[k]}: {means[k]:.2f}"
+    rs = [r for r in choosing(rows) if r["grid"] == grid and r["method"] == k]
+    return f"{names[k]}: †{sum(not _healthy(r) for r in rs)} of {len(rs)}, not eligible"
+  return [method, f"{what} {names[label]}", ", ".join(cell(k) for k in names)]
 
 
 def _complete(rows) -> tuple[list[dict], list[dict]]:
@@ -670,10 +734,11 @@ def run_grid(out: pathlib.Path, grid: str, seeds, labels=None) -> None:
     chosen = {"ER": lr}
   if grid in ("replay_d2500", "replay_paper_steps"):
     chosen = replay_chosen(out, finished(out))
-    waiting = [m for m in ("ER", "DER++") if m not in chosen]
+    # replay_d2500 needs d600's DER++ weights; replay_paper_steps each method's rate as d2500 chose it
+    need = ("DER++",) if grid == "replay_d2500" else ("ER d2500", "DER++ d2500")
+    waiting = [m for m in need if m not in chosen]
     if waiting:
-      print(f"{grid}: {', '.join(waiting)} not chosen at d600 yet; running the cells that need no choice",
-            flush=True)
+      print(f"{grid}: {', '.join(waiting)} not chosen yet; running the cells that need no choice", flush=True)
   for cell in cells(grid, seeds, chosen):
     if labels and cell.label not in labels:
       continue

@@ -347,13 +347,14 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   fake = lambda out, seeds=range(10), chosen=None: lr_rows + (w_rows if (chosen or {}).get("ER") == 0.03 else [])
   monkeypatch.setattr(threats, "finished", fake)
   assert threats.replay_chosen(tmp_path, fake(tmp_path)) == {"ER": 0.03, "DER++": (0.5, 0.5)}
-  # The cells: Co2L at lambda 0 needs no choice; ER and DER++ at d600's choices, drawing 40 (5 steps an epoch)
+  # The cells: Co2L at lambda 0 and ER at each d2500 rate need no choice; DER++ at each rate with d600's weights;
+  # drawing 40 (5 steps an epoch)
   cells = lambda chosen: [(c.label, c.point, c.config().method_args.minibatch_size)
                           for c in threats.cells("replay_d2500", range(1), chosen)]
   d2500 = threats.D2500
-  assert cells({}) == [("Co2L lambda0", d2500, 0)]
-  assert cells(threats.replay_choice(lr_rows + w_rows)) == [
-      ("Co2L lambda0", d2500, 0), ("ER lr0.03", d2500, 40), ("DER++ lr0.03 a0.5 b0.5", d2500, 40)]
+  assert cells({}) == [("Co2L lambda0", d2500, 0), ("ER lr0.03", d2500, 40), ("ER lr0.1", d2500, 40)]
+  assert cells(threats.replay_choice(lr_rows + w_rows))[3:] == [
+      ("DER++ lr0.03 a0.5 b0.5", d2500, 40), ("DER++ lr0.1 a0.5 b0.5", d2500, 40)]
   er = threats.cells("replay_d2500", range(1), {"ER": 0.03})[1].config()
   tuned = threats.cells("tuned", range(1), {"SD": 0.5, "Co2L": 2.0})[1].config()
   assert (er.data.train_per_class, er.train.epochs, er.memory.size) == (
@@ -380,8 +381,18 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   sd_row = next(line for line in text.splitlines() if line.startswith("| ER lr0.03 − SD lambda0.5 | test, each its "
                                                                         "own read-out | 4 |"))
   assert sd_row.endswith("| 0.570 | 0.888 |")
+  # d2500 chooses each method's rate on validation (lr 0.1's heads 84 < 0.03's 85): lr 0.1 is then in the cells'
+  # table but paired with nothing, and the choice is tabled beside d600's
+  rows += [row("replay_d2500", "ER lr0.1", s, 99.0, 84.0, "d2500") for s in range(3)]
+  assert threats.d2500_choice(rows, None) == {"ER d2500": 0.03}
+  text = threats.table(rows + lr_rows, {})
+  assert "| ER lr0.1 | 3 |" in text and "ER lr0.1 −" not in text and "| ER lr0.03 − SD lambda0.5 |" in text
+  assert "| ER at d2500 | learning rate 0.03 | 0.03: 85.00, 0.1: 84.00 |" in text
+  rows[-1] = dict(rows[-1], flags=["loss_not_falling"])  # a collapsed seed: lr 0.1 out, named so
+  assert "| ER at d2500 | learning rate 0.03 | 0.03: 85.00, 0.1: †1 of 3, not eligible |" in threats.table(
+      rows + lr_rows, {})
   # The paper-step point: the same cells drawing 2 a step (116 steps an epoch), paired with paper_steps' runs
-  steps = threats.cells("replay_paper_steps", range(1), {"ER": 0.03})
+  steps = threats.cells("replay_paper_steps", range(1), {"ER": 0.1, "ER d2500": 0.03})
   assert [(c.label, c.point, c.config().method_args.minibatch_size) for c in steps] == [
       ("Co2L lambda0", threats.PAPER_STEPS, 0), ("ER lr0.03", threats.PAPER_STEPS, 2)]
   rows = [row("replay_paper_steps", "ER lr0.03", s, 97.0, 85.0, "p60k") for s in range(2)] + [

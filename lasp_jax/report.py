@@ -94,7 +94,8 @@ def training_curves(results: dict, path) -> None:
     fig.suptitle(f"health flags (red x): {', '.join(sorted({f['check'] for f in flags}))}", color="red",
                  fontsize=9)
   _footer(fig, results)
-  fig.tight_layout(rect=(0, 0.03, 1, 0.95))
+  # Fixed margins, not tight_layout: its extra text-measuring pass was ~40 % of the picture's time.
+  fig.subplots_adjust(left=0.045, right=0.99, bottom=0.17, top=0.84 if flags else 0.88, wspace=0.3)
   fig.savefig(path, dpi=100)
   plt.close(fig)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lasp_jax.eval.metrics import cell, interval_cell, mean_std, p_cell, seeds_cell  # noqa: F401  (the one mean (std) and interval of every table)
+from lasp_jax.eval.metrics import cell, effect_cell, interval_cell, mean_std, p_cell, seeds_cell  # noqa: F401  (the one mean (std) and interval of every table)
 
 # Table 1 of the paper: (memory, method) -> {column: (mean, std)}.
 PAPER_TABLE1 = {

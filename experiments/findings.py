@@ -86,10 +86,8 @@ def table(rows) -> str:
   adjusted = metrics.holm(ps)
   body = []
   for (panel, label, d), p, adj in zip(rows, ps, adjusted):
-    _, std, n = metrics.mean_std(d)
-    effect = metrics.detectable_effect(std, n)
     body.append([panel, label, *aggregate.interval_cell(d), aggregate.p_cell(p), aggregate.p_cell(adj),
-                 "–" if effect is None else f"{effect:.2f}"])
+                 aggregate.effect_cell(d)])
   t, dof, p_paper = metrics.welch(*PAPER_GAP)
   return "\n".join(["# The verdict's paired differences", "",
                     "Produced by `python -m experiments.findings`. Per-angle Domain-IL (Rotated MNIST) or Class-IL",

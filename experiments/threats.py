@@ -558,8 +558,9 @@ def _wider_section(rows) -> list[str]:
           aggregate.markdown_table(P_HEADER, _rows_with_p(found)), ""]
 
 
-P_HEADER = ["difference", "figure", "pairs", "mean [95 % interval]", "verdict", "p", "Holm p"]
-P_NOTE = "p: the paired t test's; Holm p: adjusted over the rows of the same figure."
+P_HEADER = ["difference", "figure", "pairs", "mean [95 % interval]", "verdict", "p", "Holm p", "detectable"]
+P_NOTE = ("p: the paired t test's; Holm p: adjusted over the rows of the same figure; detectable: the smallest true "
+          "difference the test finds with 80 % power.")
 
 
 def _rows_with_p(found) -> list[list]:
@@ -570,8 +571,8 @@ def _rows_with_p(found) -> list[list]:
   for figure in dict.fromkeys(f for _, f, _ in found):
     at = [k for k, (_, f, _) in enumerate(found) if f == figure]
     holm.update(zip(at, metrics.holm([ps[k] for k in at])))
-  return [[name, figure, *aggregate.interval_cell(d), aggregate.p_cell(ps[k]), aggregate.p_cell(holm[k])]
-          for k, (name, figure, d) in enumerate(found)]
+  return [[name, figure, *aggregate.interval_cell(d), aggregate.p_cell(ps[k]), aggregate.p_cell(holm[k]),
+           aggregate.effect_cell(d)] for k, (name, figure, d) in enumerate(found)]
 
 
 def _choice_row(method: str, what: str, best: tuple, names: dict, rows, grid: str) -> list[str]:

@@ -579,6 +579,8 @@ def test_threats_seeds_past_the_choice_widen_the_verdicts_pairs_and_choose_nothi
   # seeds 0-2: (86 + s) - (85 + s) = 1; seeds 3-4: (90 + s) - (85 + s) = 5: five pairs, mean 2.6
   assert len(lines) == 1 and "| 5 | +2.60 [" in lines[0], lines
   # its paired t test by hand: t = 2.6 / (2.191 / sqrt 5) = 2.653, 4 degrees of freedom; Holm's p no smaller
-  p, holm = (float(x) for x in lines[0].strip("| ").split(" | ")[-2:])
+  p, holm, detectable = (float(x) for x in lines[0].strip("| ").split(" | ")[-3:])
   assert p == 0.057 and p <= holm <= 1.0
+  # detectable at 80 % power: (t_0.975,4 2.776 + t_0.8,4 0.941) x 2.191 / sqrt 5 = 3.64
+  assert detectable == 3.64
   assert [r["seed"] for r in threats.choosing(rows) if r["method"] == "ER lr0.1"] == [0, 1, 2]

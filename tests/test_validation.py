@@ -380,7 +380,8 @@ def test_threats_replay_at_d2500_carries_d600s_choices_and_pairs_with_the_tuned_
   # the same sd, t = -0.879, p 0.444: Holm over the figure's two rows makes both 2 x 0.444
   sd_row = next(line for line in text.splitlines() if line.startswith("| ER lr0.03 − SD lambda0.5 | test, each its "
                                                                         "own read-out | 4 |"))
-  assert sd_row.endswith("| 0.570 | 0.888 |")
+  # detectable at 80 % power: (t_0.975,3 3.182 + t_0.8,3 0.978) x 16.5 / sqrt(4) = 34.33
+  assert sd_row.endswith("| 0.570 | 0.888 | 34.33 |")
   # d2500 chooses each method's rate on validation (lr 0.1's heads 84 < 0.03's 85): lr 0.1 is then in the cells'
   # table but paired with nothing, and the choice is tabled beside d600's
   rows += [row("replay_d2500", "ER lr0.1", s, 99.0, 84.0, "d2500") for s in range(3)]

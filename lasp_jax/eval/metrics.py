@@ -157,6 +157,13 @@ def detectable_effect(std: Optional[float], n: int, power: float = 0.8, level: f
   return float((stats.t.ppf(0.5 + level / 2, n - 1) + stats.t.ppf(power, n - 1)) * std / math.sqrt(n))
 
 
+def effect_cell(diffs) -> str:
+  """The smallest true difference ``diffs``' paired test detects at 80 % power, as a table shows it."""
+  _, std, n = mean_std(diffs)
+  effect = detectable_effect(std, n)
+  return "–" if effect is None else f"{effect:.2f}"
+
+
 def welch(a: tuple, b: tuple) -> tuple[float, float, float]:
   """(t, degrees of freedom, two-sided p) of Welch's test from two groups' (mean, std, n): what two published
   means with their spreads say of their difference."""

@@ -196,15 +196,17 @@ def d2500_candidates(weights) -> dict:
   return out
 
 
+def _d2500_best(rows, weights) -> dict:
+  """{key of d2500_candidates: (its labels -> lr, choose_replay's (label, means))} for each method chosen yet."""
+  found = {key: (labels, choose_replay(rows, "replay_d2500", list(labels)))
+           for key, labels in d2500_candidates(weights).items()}
+  return {key: pick for key, pick in found.items() if pick[1] is not None}
+
+
 def d2500_choice(rows, weights) -> dict:
   """Each method's rate at d2500 by its own head's mean validation accuracy (``choose_replay``: a rate a seed
   collapsed is out), what is chosen yet."""
-  out = {}
-  for key, labels in d2500_candidates(weights).items():
-    best = choose_replay(rows, "replay_d2500", list(labels))
-    if best is not None:
-      out[key] = labels[best[0]]
-  return out
+  return {key: labels[best[0]] for key, (labels, best) in _d2500_best(rows, weights).items()}
 
 
 def choose_replay(rows, grid: str, labels) -> Optional[tuple[str, dict]]:
@@ -519,11 +521,9 @@ def _replay_choice_section(rows) -> list[str]:
   derpp = choose_replay(rows, "replay_weights", list(weights))
   if derpp:
     body.append(_choice_row("DER++", "alpha, beta", derpp, weights, rows, "replay_weights"))
-  for key, labels in d2500_candidates(derpp_candidates(lr)[derpp[0]] if derpp else None).items():
-    best = choose_replay(rows, "replay_d2500", list(labels))
-    if best:
-      body.append(_choice_row(key.replace("d2500", "at d2500"), "learning rate", best,
-                              {k: f"{v:g}" for k, v in labels.items()}, rows, "replay_d2500"))
+  for key, (labels, best) in _d2500_best(rows, derpp_candidates(lr)[derpp[0]] if derpp else None).items():
+    body.append(_choice_row(key.replace("d2500", "at d2500"), "learning rate", best,
+                            {k: f"{v:g}" for k, v in labels.items()}, rows, "replay_d2500"))
   return ["## The replay methods' choice (validation only, each by its own head)", "",
           aggregate.markdown_table(["method", "chosen", "mean validation accuracy"], body), ""]
 

@@ -47,10 +47,10 @@ CELLS = {"seq-er": ("seq-mnist", "er"), "seq-derpp": ("seq-mnist", "derpp"), "ro
          "rot-derpp": ("rot-mnist", "derpp"), "seq-der": ("seq-mnist", "der"), "seq-hal": ("seq-mnist", "hal"),
          "seq-icarl": ("seq-mnist", "icarl"), "seq-gss": ("seq-mnist", "gss"), "rot-hal": ("rot-mnist", "hal"),
          # mammoth's A-GEM offers its memory one training batch of each ended task: lasp_jax's reading of it
-         "rot-agem": ("rot-mnist", "agem_batch")}
+         "rot-agem": ("rot-mnist", "agem_batch"), "rot-gem": ("rot-mnist", "gem")}
 # Cells a race runs only when named: Table 1's Rotated MNIST rows below their published spread, run on both sides,
-# and GSS (mammoth scores each sample's gradient in turn: minutes a run).
-BY_NAME = ("rot-hal", "rot-agem", "seq-gss")
+# and GSS (mammoth scores each sample's gradient in turn: minutes a run). mammoth's GEM needs quadprog in its venv.
+BY_NAME = ("rot-hal", "rot-agem", "rot-gem", "seq-gss")
 # A best argument's name on mammoth's command line (table1_mnist.BEST_ARGS' keys beyond lr, batch and draw).
 MAMMOTH_NAMES = {"alpha": "alpha", "beta": "beta", "gamma": "gamma", "hal": "hal_lambda", "gmb": "gss_minibatch_size"}
 MEMORY = 200

@@ -70,7 +70,7 @@ def test_the_race_rows_divide_each_sides_own_times():
 
 @pytest.mark.parametrize("args,line", [
     (["--cells=seq-er,nope"], "error: unknown cell nope; expected some of seq-er, seq-derpp, rot-er, rot-derpp, "
-                              "seq-der, seq-hal, seq-icarl, seq-gss, rot-hal, rot-agem, rot-gem"),
+                              "seq-der, seq-hal, seq-icarl, seq-gss, rot-hal, rot-agem, rot-gss"),
     (["--set=gamma=1"], "error: --set=gamma=1: expected KEY=NUMBER with KEY one of lr, bs, mb, alpha, beta"),
     (["--set=alpha=x"], "error: --set=alpha=x: expected KEY=NUMBER with KEY one of lr, bs, mb, alpha, beta"),
     (["--mammoth=/nonexistent"], "error: --mammoth must name a folder set up by run_mammoth.sh SCRATCH setup "

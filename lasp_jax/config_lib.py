@@ -62,11 +62,16 @@ def _fail(condition, message: str) -> None:
     raise ConfigError(message)
 
 
+def _check_choice(key: str, value) -> None:
+  allowed = _CHOICES[key]
+  _fail(value not in allowed, f"unknown {key} {value!r}; expected one of {list(allowed)}")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
   values = {**_DEFAULTS, **flat(config)}
-  for key, allowed in _CHOICES.items():
-    _fail(values[key] not in allowed, f"unknown {key} {values[key]!r}; expected one of {list(allowed)}")
+  for key in _CHOICES:
+    _check_choice(key, values[key])
   for key in _POSITIVE:
     _fail(not values[key] > 0, f"{key} must be > 0, got {values[key]}")
   for key, low in _AT_LEAST.items():
@@ -147,6 +152,7 @@ def resolved(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   _fail(preset not in PRESETS, f"unknown preset {preset!r}; expected one of {list(PRESETS)}")
   override(c, **PRESETS[preset])
   if preset == "published":
+    _check_choice("method", c.method)  # the preset reads the method's traits: a misspelled name is one line here
     # The published commands' look-ahead data: R-MNIST SD searched on --onlypast, everything else on --onlycurrent.
     c.lasp.srs_data = registry.traits(c.method)["published_srs_data"].get(c.data.scenario, "onlycurrent")
   if c.model.embedding_dim == 0:

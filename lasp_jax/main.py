@@ -23,8 +23,9 @@ def define_flags() -> None:
   flags.DEFINE_string("compile_cache", "~/.cache/lasp_jax/xla",
                       "Persistent XLA compilation cache ('' = off); reruns skip compilation.")
   flags.DEFINE_bool("multihost", False, "Call jax.distributed.initialize() (one process per host).")
-  flags.DEFINE_bool("baselines", False, "Also run finetune (lower bound) and joint (upper bound) with the same "
-                    "config, in WORKDIR/baselines/, and print the comparison.")
+  flags.DEFINE_bool("baselines", False, "Also run the method family's finetune (lower bound) and joint (upper "
+                    "bound; ce_finetune, ce_joint for a cross-entropy method) with the same config, in "
+                    "WORKDIR/baselines/, and print the comparison.")
   flags.mark_flags_as_required(["config"])
 
 
@@ -45,7 +46,7 @@ Trains one continual-learning run (or several seeds) and prints its accuracy mat
   --config.preset=published  every behaviour of the published code that lasp_jax fixes (docs/protocol.md)
   --config.data.validation_per_class=N  hold N training images per class out as a validation set
   --workdir=DIR            output folder (default: runs/<dataset>_<method>_s<seed>_<time>/); rerun to resume
-  --baselines              also run finetune (lower bound) and joint (upper bound) with the same config
+  --baselines              also run the family's finetune (lower bound) and joint (upper bound), same config
   --compile_cache=DIR      persistent XLA compilation cache ('' = off; default ~/.cache/lasp_jax/xla)
   --multihost              one process per host over a shared --workdir (jax.distributed.initialize)
   --helpfull               every absl flag

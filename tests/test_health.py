@@ -136,8 +136,8 @@ def test_task_flags_and_record():
   flags = health.task_flags(1, curves, boundaries=[{"task": 1, "selected_dims": 1}], selective=True)
   assert sorted(f.check for f in flags) == ["embedding_variance", "loss_not_falling", "mask_degenerate",
                                             "supcon_constant"]
-  assert not health.task_flags(1, curves, boundaries=[{"task": 1, "selected_dims": 1}], selective=False)[-1].check \
-      == "mask_degenerate"
+  assert "mask_degenerate" not in [f.check for f in health.task_flags(1, curves, boundaries=[
+      {"task": 1, "selected_dims": 1}], selective=False)]
   # A detected-boundary run can open several segments inside one task: every one of their masks is checked.
   later = health.task_flags(1, curves, boundaries=[{"task": 1, "selected_dims": 40}, {"task": 1, "selected_dims": 0}],
                             selective=True)

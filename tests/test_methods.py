@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from lasp_jax import config_lib
+from lasp_jax.errors import ConfigError
 from lasp_jax.method import contrastive, pools, registry
 from tests.conftest import Run, mlp_two_tasks
 
@@ -70,7 +71,7 @@ def test_a_method_defined_in_a_test_file_trains_with_one_registry_line(registere
 
 
 def test_an_unknown_method_is_one_config_error(tmp_path):
-  with pytest.raises(Exception, match="unknown method 'nope'"):
+  with pytest.raises(ConfigError, match="unknown method 'nope'"):
     Run(mlp_two_tasks(method="nope"), tmp_path)
 
 

@@ -204,7 +204,8 @@ def test_agem_projects_only_when_the_gradients_disagree_and_then_onto_the_orthog
   assert jax.tree.map(lambda a, b: bool(jnp.all(a == b)), agem_project(agree, g_ref), agree) == {"w": True, "b": True}
   disagree = {"w": jnp.array([-3.0, 2.0]), "b": jnp.array([1.0])}  # g . g_ref = -2: minus (-2 / 2) g_ref
   out = agem_project(disagree, g_ref)
-  np.testing.assert_allclose(out["w"], [-2.0, 2.0]) and np.testing.assert_allclose(out["b"], [2.0])
+  np.testing.assert_allclose(out["w"], [-2.0, 2.0])
+  np.testing.assert_allclose(out["b"], [2.0])
   assert abs(float(tree_vdot(out, g_ref))) < 1e-6
 
 

@@ -115,6 +115,7 @@ def test_a_changed_config_is_refused_unless_forced_and_never_restarts(changed_co
     (["--config.boundaries=detected", "--config.num_seeds=2", "--config.seeds_mode=vmap"],
      "boundaries='detected' with seeds_mode='vmap'"),
     (["--config.boundaries=sometimes"], "unknown boundaries 'sometimes'"),
+    (["--config.preset=published", "--config.method=sdd"], "error: unknown method 'sdd'; expected one of"),
 ])
 def test_cli_errors_are_one_clear_line(tmp_path, args, message):
   out = cli_in_process("lasp_jax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}", *args)
@@ -122,6 +123,14 @@ def test_cli_errors_are_one_clear_line(tmp_path, args, message):
   assert message in out.stderr and "Traceback" not in out.stderr
   assert len(out.stderr.strip().splitlines()) == 1, out.stderr
   assert not (tmp_path / "results.json").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_a_config_file_that_fails_is_one_clear_line(tmp_path):
+  (tmp_path / "broken.py").write_text("def get_config():\n  return undefined_name\n")
+  out = cli_in_process("lasp_jax.main", f"--config={tmp_path / 'broken.py'}", f"--workdir={tmp_path / 'run'}")
+  assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+  assert out.stderr.strip() == "error: cannot use the --config flag: name 'undefined_name' is not defined"
+  assert not (tmp_path / "run").exists()
 
 
 def test_a_bad_config_value_is_reported_before_jax_loads(tmp_path):

@@ -205,7 +205,7 @@ def recheck(results: dict) -> list[Flag]:
   """The flags today's checks raise on a finished run's results.json (its curves, learning rates and boundary
   records): how a shipped run's flags read under the current checks."""
   curves, flags = results.get("curves", []), []
-  from lasp_jax.method import registry  # noqa: PLC0415  (health is below method; the registry imports no jax)
+  from lasp_jax.method import registry  # noqa: PLC0415  (lazily: the registry imports no jax, and a check of a results file needs no method loaded)
   name = results.get("method")
   traits = registry.traits(name) if name in registry.METHODS else registry.DEFAULT_TRAITS
   for t in sorted({c["task"] for c in curves}):

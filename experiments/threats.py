@@ -438,8 +438,8 @@ def table(rows, chosen) -> str:
   lines += _wider_section(every_row)
   rows = every_row
   lines += ["## Every run", "", aggregate.markdown_table(
-      ["grid", "head", "method", "seed", "validation L-BFGS", "test L-BFGS", "test SGD", "health", "train s",
-       "commit", "date"],
+      ["grid", "head", "method", "seed", "validation L-BFGS", "test, own read-out (L-BFGS; ER's, DER++'s head)",
+       "test SGD", "health", "train s", "commit", "date"],
       [[r["grid"], r["head"], r["method"], r["seed"], studies.num((r["validation"] or {}).get("lbfgs")),
         studies.num(r["m1"]), studies.num(r["sgd"]), studies.health_cell(r),
         studies.num(r["train_s"], 0), r["commit"], (r["date"] or "")[:10]] for r in rows]), ""]

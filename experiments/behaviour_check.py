@@ -40,6 +40,8 @@ CASES = {
                                                          "gem", "icarl", "fdr", "gss", "hal")},
     "derpp_vmapped_seeds": {**TWO, **DER, "method": "derpp", "num_seeds": 2, "seeds_mode": "vmap"},
     "er_resumed": {**TWO, **DER, "method": "er", "train.checkpoint_every_steps": 4, "train.steps_per_call": 4},
+    # and on the conv net with momentum and weight decay (the threats' replay cells)
+    "er": {**TWO, "method": "er"}, "derpp": {**TWO, "method": "derpp"},
 }
 # A case here stops at this fault point (checkpoint.fault_point) and is resumed in the same process.
 STOP_AT = {"sd_resumed": "step:1:0:2", "er_resumed": "step:1:0:3"}

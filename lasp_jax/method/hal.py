@@ -60,11 +60,8 @@ class HAL(ER):
     k_view, k_replay = jax.random.split(s.key)
     mem = s.state.memory
     held = s._replace(state=s.state.replace(memory=mem["buffer"]))
-    x = self.views(k_view, s.data, s.batch.index, s.batch.domain, aug_cfg, cfg)
-    labels = s.data.labels[s.batch.index]
-    replays = self.memory_draws(held, k_replay, aug_cfg, cfg)
-    (loss, (terms, _, feats, stats)), g1 = jax.value_and_grad(self.objective, has_aux=True)(
-        s.state.params, held, x, labels, replays, model, cfg)
+    x, labels, _, loss, (terms, _, feats, stats), g1 = self.step_gradients(held, k_view, k_replay, model, aug_cfg,
+                                                                           cfg)
     variables = lambda p: {"params": p, "batch_stats": stats}
     moved = jax.tree.map(lambda p, g: p - s.lr * g, s.state.params, g1)
     valid = jnp.arange(mem["anchors"].shape[0]) < mem["num_anchors"]

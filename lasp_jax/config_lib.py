@@ -28,12 +28,6 @@ RESUME_FREE_KEYS = ("resume", "progress", "pictures", "train.checkpoint_every_st
 SEEDS_MODES = ("auto", "vmap", "sequential")
 
 
-# Keys that older configs may lack, and the value they mean.
-_DEFAULTS = {"seeds_mode": "auto", "lasp.subset": "searched", "data.validation_per_class": 0,
-             "data.train_per_class": 0, "method_args.minibatch_size": 0, "method_args.alpha": 0.1,
-             "method_args.beta": 0.5, "method_args.gamma": 0.5, "method_args.gss_minibatch_size": 0,
-             "method_args.hal_lambda": 0.1, "method_args.exemplars": "images"}
-
 # Each key's allowed values, its lower bound, or > 0: checked in this order, the first failure raised.
 _CHOICES = {
     "dataset": sorted(sources.SOURCES), "method": registry.METHODS, "seeds_mode": SEEDS_MODES,
@@ -69,7 +63,10 @@ def _check_choice(key: str, value) -> None:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
-  values = {**_DEFAULTS, **flat(config)}
+  values = {**LATER_KEYS, **flat(config)}  # an older config's missing keys mean their first values
+  missing = [k for k in (*_CHOICES, *_POSITIVE, *_AT_LEAST) if k not in values]
+  more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+  _fail(missing, f"the config lacks {', '.join(missing[:3])}{more}: build it on default_config.base_config()")
   for key in _CHOICES:
     _check_choice(key, values[key])
   for key in _POSITIVE:
@@ -215,8 +212,9 @@ def _matters(key: str) -> bool:
 
 # Keys added after runs were recorded, with the value that reproduces those runs: at that
 # value they are left out of diffs and hashes, so earlier results and checkpoints still match.
-LATER_KEYS = {"lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1, "data.train_per_class": 0,
-              "lasp.subset": "searched", "train.tail_multiple": 0, "data.validation_per_class": 0,
+LATER_KEYS = {"seeds_mode": "auto", "lasp.eb_replicas": 1, "model.bn_groups": 1, "num_seeds": 1,
+              "data.train_per_class": 0, "lasp.subset": "searched", "train.tail_multiple": 0,
+              "data.validation_per_class": 0,
               "eval.decay_epochs": [], "eval.final_readouts": [], "model.winograd": 0,  # flat() gives tuples as lists
               "model.hidden": [100, 100], "augment.train": True, "method_args.minibatch_size": 0,
               "method_args.alpha": 0.1, "method_args.beta": 0.5, "method_args.gamma": 0.5,

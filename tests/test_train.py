@@ -250,6 +250,16 @@ def test_bad_config_values(tmp_path, key, value, match):
     Run(tiny_config(**{key: value}), tmp_path)
 
 
+def test_a_config_built_by_hand_names_what_it_lacks_and_an_older_one_reads_as_its_first_values():
+  import ml_collections  # noqa: PLC0415
+  with pytest.raises(ConfigError, match=r"^the config lacks lasp.srs_data, lasp.mask_objective, lasp.restart_selection "
+                                        r"and \d+ more: build it on default_config.base_config\(\)$"):
+    config_lib.validate(ml_collections.ConfigDict({"dataset": "mnist5k", "method": "sd"}))
+  older = tiny_config().to_dict()
+  del older["seeds_mode"], older["model"]["winograd"], older["lasp"]["eb_replicas"]  # keys added after runs were made
+  config_lib.validate(ml_collections.ConfigDict(older))
+
+
 def test_every_checked_key_refuses_a_bad_value_and_names_itself():
   # The checks are tables of keys: a key spelled wrong there, or one that no longer checks, fails here.
   keys = [*config_lib._CHOICES, *config_lib._POSITIVE, *config_lib._AT_LEAST]

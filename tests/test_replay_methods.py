@@ -357,6 +357,8 @@ def test_the_gradient_gram_of_a_dense_network_equals_the_one_of_its_per_sample_g
   model = model_of("mlp", **{"model.hidden": (5, 4)})
   v = model.init(jax.random.PRNGKey(0), x, train=False)
 
+  w = jnp.array([1.0, 0.0, 1.0, 1.0])  # the stream rows' weights (one padded): n = 4 stream rows, m = 2 drawn
+
   @jax.jit
   def both(v):
     def row(image, label):
@@ -364,17 +366,26 @@ def test_the_gradient_gram_of_a_dense_network_equals_the_one_of_its_per_sample_g
       return ravel_pytree(jax.grad(f)(v["params"]))[0]
 
     g = jax.vmap(row)(x, y)
-    return sample_grads.dense_gram(model, v, x, y, loss), g @ g.T
+    blocks = sample_grads.gram_blocks(model, v, x, y, loss, n=4, weights=w)
+    rows = sample_grads.blocks_of_rows(sample_grads.row_gradients(model, v, x, y, loss), n=4, weights=w)
+    return sample_grads.dense_gram(model, v, x, y, loss), g @ g.T, blocks, rows
 
   # the MLP (dense layers only): one backward pass gives every pair's inner product
-  k, expect = both(v)
-  np.testing.assert_allclose(k, expect, rtol=1e-4, atol=1e-6 * float(jnp.max(expect)))
+  k, expect, blocks, rows = both(v)
+  tol = dict(rtol=1e-4, atol=1e-6 * float(jnp.max(expect)))
+  np.testing.assert_allclose(k, expect, **tol)
   assert float(jnp.max(jnp.abs(expect - jnp.diag(jnp.diag(expect))))) > 0.01 * float(jnp.max(expect))
+  # GSS's blocks of it, from the Gram and from the rows' gradients (the fallback), are those of the whole K
+  for got in (blocks, rows):
+    np.testing.assert_allclose(got.cross, expect[:4, 4:], **tol)
+    np.testing.assert_allclose(got.diag, np.diag(expect), **tol)
+    np.testing.assert_allclose(got.weighted, w @ expect[:4, :4] @ w, rtol=1e-4)
   # a convolution's weights are not a dense layer's: no Gram (decided while tracing), the caller forms the gradients
   conv = model_of("mnistnet")
   shapes = jax.eval_shape(lambda: conv.init(jax.random.PRNGKey(0), x, train=False))
   assert jax.eval_shape(lambda v: sample_grads.dense_gram(conv, v, x, y, loss), shapes) is None
-  assert jax.eval_shape(lambda v: sample_grads.gram(conv, v, x, y, loss), shapes).shape == (6, 6)
+  got = jax.eval_shape(lambda v: sample_grads.gram_blocks(conv, v, x, y, loss, n=4, weights=w), shapes)
+  assert (got.cross.shape, got.diag.shape, got.weighted.shape) == ((4, 2), (6,), ())
 
 
 def test_hal_rings_each_tasks_portion_first_in_first_out_and_keeps_an_anchor_per_class(tmp_path):

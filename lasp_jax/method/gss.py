@@ -80,14 +80,14 @@ class GSS(ER):
     buf = held.state.memory
     slots, valid = buffer.draw(buf, k_draw, cfg.gss_minibatch)
     drawn = self.views(k_view, held.data, buf.index[slots], buf.domain[slots], aug_cfg, cfg)
-    k = sample_grads.gram(model, {"params": params, "batch_stats": held.state.batch_stats},
-                          jnp.concatenate([x, drawn]), jnp.concatenate([labels, buf.label[slots]]),
-                          optax.softmax_cross_entropy_with_integer_labels)
     n, w = x.shape[0], held.batch.valid.astype(jnp.float32)
-    norms = jnp.sqrt(jnp.maximum(jnp.diagonal(k), 0.0))
-    own_drawn = k[:n, n:]
+    k = sample_grads.gram_blocks(model, {"params": params, "batch_stats": held.state.batch_stats},
+                                 jnp.concatenate([x, drawn]), jnp.concatenate([labels, buf.label[slots]]),
+                                 optax.softmax_cross_entropy_with_integer_labels, n=n, weights=w)
+    norms = jnp.sqrt(jnp.maximum(k.diag, 0.0))
+    own_drawn = k.cross
     count = jnp.maximum(jnp.sum(w), 1.0)  # the batch's gradient g: the mean of its rows'
-    norm_g = jnp.sqrt(jnp.maximum(w @ k[:n, :n] @ w, 0.0)) / count
+    norm_g = jnp.sqrt(jnp.maximum(k.weighted, 0.0)) / count
     batch_c = jnp.where(buffer.filled(buf) > 0, max_cosine(w @ own_drawn / count, norms[n:], norm_g, valid), 0.1)
     single_c = jax.vmap(lambda dots, norm: max_cosine(dots, norms[n:], norm, valid))(own_drawn, norms[:n])
     return batch_c, single_c

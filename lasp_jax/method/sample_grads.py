@@ -5,12 +5,12 @@ row of dL/dy, so <g_i, g_j> = (x_i . x_j)(d_i . d_j) + d_i . d_j: one forward an
 every pair's inner product, summed over the layers, in O(n^2 (fan_in + fan_out)) instead of n gradients of every
 weight (GSS scores 256 rows of a 90k-weight MLP each step: 1.5 GFLOP of cosines becomes ~30 MFLOP). It holds only
 when every weight the loss reaches is a dense layer's, applied once to (rows, features); ``dense_gram`` returns None
-otherwise (convolutions, batch norm, a layer applied twice) and ``gram`` then forms the gradients.
+otherwise (convolutions, batch norm, a layer applied twice) and ``gram_blocks`` then forms the gradients.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import flax.linen as nn
 import jax
@@ -70,16 +70,33 @@ def dense_gram(model, variables, images, labels, loss: Callable) -> Optional[jax
   return k
 
 
-def gram(model, variables, images, labels, loss: Callable) -> jax.Array:
-  """K[i, j] = <grad of loss(row i), grad of loss(row j)>: ``dense_gram`` where it holds, else from the rows'
-  gradients themselves."""
-  k = dense_gram(model, variables, images, labels, loss)
-  if k is not None:
-    return k
+class GramBlocks(NamedTuple):
+  """What GSS reads of K, the Gram matrix of the rows' loss gradients, for ``n`` stream rows then ``m`` drawn ones."""
+  cross: jax.Array     # K[:n, n:], (n, m)
+  diag: jax.Array      # K's diagonal, (n + m,): each row's squared gradient norm
+  weighted: jax.Array  # w K[:n, :n] w: the squared norm of the stream rows' gradients summed with weights w
+
+
+def row_gradients(model, variables, images, labels, loss: Callable) -> jax.Array:
+  """Each row's loss gradient over the parameters, flattened: (rows, parameters)."""
 
   def one(image, label):
     row = lambda p: loss(model.apply({**variables, "params": p}, image[None], train=False)[1], label[None])[0]
     return ravel_pytree(jax.grad(row)(variables["params"]))[0]
 
-  g = jax.vmap(one)(images, labels)
-  return g @ g.T
+  return jax.vmap(one)(images, labels)
+
+
+def blocks_of_rows(g, *, n: int, weights) -> GramBlocks:
+  """GramBlocks from the rows' gradients ``g`` without the whole K: (n m + n + m) products of a gradient's length,
+  not (n + m)^2."""
+  return GramBlocks(g[:n] @ g[n:].T, jnp.sum(g * g, axis=1), jnp.sum((weights @ g[:n]) ** 2))
+
+
+def gram_blocks(model, variables, images, labels, loss: Callable, *, n: int, weights) -> GramBlocks:
+  """GramBlocks of ``images``' first ``n`` rows against the rest, weights ``weights`` (n,): from ``dense_gram``
+  where it holds, else from the rows' gradients themselves."""
+  k = dense_gram(model, variables, images, labels, loss)
+  if k is None:
+    return blocks_of_rows(row_gradients(model, variables, images, labels, loss), n=n, weights=weights)
+  return GramBlocks(k[:n, n:], jnp.diagonal(k), weights @ k[:n, :n] @ weights)

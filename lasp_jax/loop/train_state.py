@@ -42,6 +42,8 @@ def make_optimizer(*, momentum: float, weight_decay: float) -> optax.GradientTra
   """
 
   def build(learning_rate):
+    # GM's transform is in every method's chain (zero salience, an identity until GM sets it): without it XLA fuses
+    # the step otherwise and the last bits of every run move (experiments.behaviour_check).
     return optax.chain(modulation.gradient_modulation(), optax.add_decayed_weights(weight_decay),
                        optax.sgd(learning_rate, momentum=momentum))
 

@@ -12,7 +12,7 @@ Measured on 2 cores of an Intel Xeon (AVX-512), 2026-11-28 (results/readme/, com
 results/benchmarks/xeon_2026-11-28/readme_command1.txt): with --baselines 75 s from an empty compilation cache.
 Seeds 0-2 (--baselines --config.num_seeds=3), Class-IL / Task-IL, mean (std), flagged runs included:
 SD 87.00 (1.05) / 98.50 (0.40), finetune 86.17 (1.36) / 98.27 (0.49), joint 92.97 (1.20) / 98.90 (0.17), raw
-pixels 77.00 / 96.17 (chance 10 / 50); no run flagged by today's checks (SD's SupCon falls onto the
+pixels 77.00 / 96.17 (chance 10 / 50); no run flagged by the current checks (SD's SupCon falls onto the
 constant-embedding value in task 1 while its classes separate: results/health_audit.md). SD is level with its
 lower bound at this scale. On 2 cores of an AMD EPYC Zen 3 (AVX2), 2026-12-01, seed 0: SD 87.90 / 99.30
 (results/readme/zen3_seed0). Other CPUs round differently and give other digits (XLA's AVX2 path on the Xeon,

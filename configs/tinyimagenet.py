@@ -10,7 +10,7 @@ warm-up epochs, 500 epochs on task 0 and 50 later, SupCon tau 0.5, IRD eta 0.1 /
 scale (0.1, 1) plus Gaussian blur (p 0.5); probe lr 0.1.
 Head: the published projection head, output L2-normalized and not centred (``model.head_center=False``).
 
-Expected runtime: not yet measured on a GPU; roughly 4x the CIFAR-10 run per epoch
+Expected runtime: not measured on a GPU; roughly 4x the CIFAR-10 run per epoch
 (64 px), so a few hours on one H100 (projection).
 
 Paper (Table 1), Class-IL / Task-IL:

@@ -22,6 +22,19 @@ _PANELS = (("SupCon (current-task anchors)", "supcon", "supcon_const",
            ("learning rate (end of epoch)", "lr", None, ("lr_frozen",)),
            ("embedding variance / squared norm", "z_var", None, ("embedding_variance", "diverging")))
 _REFERENCE_LABEL = {"supcon_const": "constant embedding", "ird_uniform": "uniform relations"}
+# Curve keys that are no method's term: the epoch's place and figures drawn elsewhere or not at all.
+_NOT_TERMS = {"task", "epoch", "grad_norm", "z_norm", *_REFERENCE_LABEL}
+
+
+def curve_panels(curves: list) -> list[tuple]:
+  """curves.png's panels for these curves, by the metric names they hold: the fixed panels whose quantity the run
+  records (a cross-entropy run has no SupCon or IRD), then one panel of the method's other terms (e.g. DER++'s ce,
+  logit_mse, replay_ce). Each (title, keys, reference key or None, health checks marked there)."""
+  held = {k for c in curves for k, v in c.items() if v is not None}
+  fixed = [(title, (key,), ref, checks) for title, key, ref, checks in _PANELS if key in held]
+  drawn = {key for _, key, _, _ in _PANELS}
+  terms = tuple(k for k in (curves[0] if curves else {}) if k in held and k not in drawn | _NOT_TERMS)
+  return fixed + ([("the method's terms", terms, None, ())] if terms else [])
 
 
 def _pyplot():
@@ -65,20 +78,25 @@ def accuracy_matrices(results: dict, path) -> None:
 
 
 def training_curves(results: dict, path) -> None:
-  """Per-epoch SupCon and IRD beside their degenerate values, loss, learning rate and embedding variance; task
-  boundaries as grey lines, each health flag as a red x in the panel of the quantity it is about."""
+  """Per-epoch SupCon and IRD beside their degenerate values (where the method has them), loss, learning rate,
+  embedding variance and the method's other terms (``curve_panels``); task boundaries as grey lines, each health
+  flag as a red x in the panel of the quantity it is about."""
   plt = _pyplot()
   curves = results["curves"]
-  fig, axes = plt.subplots(1, len(_PANELS), figsize=(3.6 * len(_PANELS), 3.3))
+  panels = curve_panels(curves)
+  fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.3), squeeze=False)
   x = np.arange(1, len(curves) + 1)
   position = {(c["task"], c["epoch"]): i + 1 for i, c in enumerate(curves)}
   last_of = {c["task"]: i + 1 for i, c in enumerate(curves)}
   flags = results.get("health", {}).get("flags", [])
-  for ax, (title, key, ref, checks) in zip(axes, _PANELS):
-    y = np.array([c.get(key, np.nan) for c in curves], float)
-    ax.plot(x, y, lw=1.2)
+  for ax, (title, keys, ref, checks) in zip(axes[0], panels):
+    ys = [np.array([np.nan if c.get(key) is None else c[key] for c in curves], float) for key in keys]
+    for key, y in zip(keys, ys):
+      ax.plot(x, y, lw=1.2, label=key if len(keys) > 1 else None)
+    y = ys[0]  # a flag marks the panel's first quantity
     if ref:
       ax.plot(x, [c.get(ref, np.nan) for c in curves], lw=0.8, ls=":", color="k", label=_REFERENCE_LABEL[ref])
+    if ref or len(keys) > 1:
       ax.legend(fontsize=6)
     for t in last_of:
       if t > 0:

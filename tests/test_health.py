@@ -180,3 +180,19 @@ def test_a_run_draws_its_pictures(healthy_run):
   flagged = {**results, "health": {"ok": False, "checks": ["supcon_constant"], "flags": []}}
   report.comparison_chart({"sd": flagged, "joint": results}, wd / "comparison.png")
   assert (wd / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_curves_png_draws_the_panels_of_the_metrics_a_run_records(tmp_path):
+  """A contrastive run's SupCon and IRD panels; a cross-entropy run's own terms in one panel, no SupCon or IRD."""
+  contrastive = [{"task": 0, "epoch": 0, "loss": 9.0, "supcon": 9.0, "ird": 0.0, "supcon_const": 9.5,
+                  "ird_uniform": 4.8, "grad_norm": 1.0, "z_norm": 1.0, "z_var": 0.5, "lr": 0.1}]
+  assert [p[0].split()[0] for p in report.curve_panels(contrastive)] == ["SupCon", "IRD", "training", "learning",
+                                                                        "embedding"]
+  derpp = [{"task": t, "epoch": 0, "loss": 2.0 - t, "ce": 1.5, "logit_mse": 0.1 * t, "replay_ce": 0.4 * t,
+            "z_norm": 3.0, "z_var": 0.6, "grad_norm": 1.0, "lr": 0.03} for t in range(2)]
+  panels = report.curve_panels(derpp)
+  assert [p[1] for p in panels] == [("loss",), ("lr",), ("z_var",), ("ce", "logit_mse", "replay_ce")]
+  results = {"curves": derpp, "health": {"flags": [{"task": 1, "epoch": 0, "check": "loss_not_falling"}]},
+             "dataset": "rmnist", "method": "derpp", "seed": 0, "provenance": {}}
+  report.training_curves(results, tmp_path / "curves.png")
+  assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -17,7 +17,7 @@ from lasp_jax.errors import ConfigError, TrainingError
 from lasp_jax.eval import probe
 from lasp_jax.loop import checkpoint, steps
 from lasp_jax.loop.train_state import make_optimizer
-from lasp_jax.method import features, lookahead, mask_search, modulation, pools
+from lasp_jax.method import contrastive, features, lookahead, mask_search, modulation, pools
 from lasp_jax.platform import files
 from lasp_jax.platform.optim import with_learning_rate
 from tests.conftest import MLP, Run, mlp_two_tasks, placed_chunk, strip_timing, tiny_config, two_tasks
@@ -183,7 +183,7 @@ def test_a_two_dim_mask_changes_the_sd_step():
   two = jnp.zeros(d, bool).at[:2].set(True)
   ms = [run.chunk_fn(jax.tree.map(jnp.copy, run.state), past, mask, run.data, chunk, steps.pad_lrs([0.05], 1))[1]
         for mask in (jnp.ones(d, bool), two)]
-  ird = steps.METRICS.index("ird")
+  ird = steps.metric_names(run.method).index("ird")
   assert abs(float(ms[0][0, ird]) - float(ms[1][0, ird])) > 1e-3 * float(ms[0][0, ird])
 
 
@@ -447,15 +447,17 @@ def test_a_run_with_tail_steps_interrupted_mid_epoch_resumes_exactly(tmp_path, m
   assert [c["task"] for c in want["curves"]] == [0, 0, 1] and all(np.isfinite(c["loss"]) for c in want["curves"])
 
 
+CO2L_METRICS = steps.metric_names(contrastive.Co2L())  # the contrastive family's step columns
+
 def test_step_metrics_reads_a_partial_epoch_saved_before_the_norms():
   """A mid-epoch checkpoint of older code holds (loss, supcon, ird, num_valid) rows, or those with z_norm and
   grad_norm: the columns it lacks are NaN, the others keep their names."""
-  old = steps.step_metrics([[1.0, 2.0, 3.0, 64.0]], steps.METRICS)
+  old = steps.step_metrics([[1.0, 2.0, 3.0, 64.0]], CO2L_METRICS)
   np.testing.assert_array_equal(old, [[1.0, 2.0, 3.0, np.nan, np.nan, np.nan, 64.0]])
-  six = steps.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]], steps.METRICS)
+  six = steps.step_metrics([[1.0, 2.0, 3.0, 0.75, 0.5, 64.0]], CO2L_METRICS)
   np.testing.assert_array_equal(six, [[1.0, 2.0, 3.0, 0.75, np.nan, 0.5, 64.0]])
-  assert steps.step_metrics([], steps.METRICS).shape == (0, len(steps.METRICS))
-  np.testing.assert_array_equal(steps.step_metrics(np.arange(14.0).reshape(2, 7), steps.METRICS),
+  assert steps.step_metrics([], CO2L_METRICS).shape == (0, len(CO2L_METRICS))
+  np.testing.assert_array_equal(steps.step_metrics(np.arange(14.0).reshape(2, 7), CO2L_METRICS),
                                 np.arange(14.0).reshape(2, 7))
 
 

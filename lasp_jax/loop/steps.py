@@ -26,8 +26,6 @@ from lasp_jax.platform.optim import with_learning_rate
 # parameter gradient the optimizer received (near 0 for a collapsed representation, eval/health.py); num_valid,
 # the step's real rows (the weights of an epoch's means).
 LOOP_METRICS = ("grad_norm", "num_valid")
-# The contrastive family's columns: the layout of checkpoints written before methods named their metrics.
-METRICS = ("loss", "supcon", "ird", "z_norm", "z_var", *LOOP_METRICS)
 
 
 def metric_names(method) -> tuple:

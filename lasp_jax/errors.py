@@ -33,6 +33,17 @@ class NonFiniteLoss(TrainingError):
     self.what, self.checkpoint = what, checkpoint
 
 
+def script_args(count: int, usage: str, files: tuple = ()) -> list:
+  """A positional-argument script's arguments (``sys.argv[1:]``), or ``usage`` as one line and exit 2 when there
+  are not ``count`` of them or an argument at a position in ``files`` names no file."""
+  args = sys.argv[1:]
+  missing = [args[i] for i in files if i < len(args) and not os.path.exists(args[i])]
+  if len(args) != count or missing:
+    print(f"error: no such file {missing[0]}" if len(args) == count else f"usage: {usage}", file=sys.stderr)
+    sys.exit(2)
+  return args
+
+
 def one_line(e: BaseException) -> str:
   """The error's message on one line (a KeyError's without its quotes)."""
   text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)

@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 
 from configs import cifar10, rmnist
-from lasp_jax import train
+from lasp_jax import errors, train
 from lasp_jax.loop import steps
 from lasp_jax.method import pools
 from perf import roofline
@@ -152,4 +152,6 @@ def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quic
 
 
 if __name__ == "__main__":
+  if len(sys.argv) not in (2, 3):  # the race runs from perf.benchmark; this entry is for one machine by hand
+    errors.script_args(1, "python -m perf.cpu_race TORCH_PYTHON [quick]")
   print(json.dumps(race(sys.argv[1], quick=len(sys.argv) > 2)[1]))

@@ -17,7 +17,8 @@ import logging
 import os
 import pathlib
 import re
-import sys
+
+from lasp_jax import errors
 
 _FINISHED = re.compile(r"Finished XLA compilation of (.*) in ([0-9.e-]+) sec")
 _TEST = {"id": None}
@@ -87,7 +88,6 @@ def durations_of(text: str) -> dict:
 
 
 if __name__ == "__main__":
-  if len(sys.argv) != 3:
-    sys.exit("usage: python -m perf.suite_compiles DIR DURATIONS.txt")
-  rows = [r for f in sorted(pathlib.Path(sys.argv[1]).glob("compiles_*.json")) for r in json.loads(f.read_text())]
-  print("\n".join(summary(rows, durations_of(pathlib.Path(sys.argv[2]).read_text()))))
+  folder, durations = errors.script_args(2, "python -m perf.suite_compiles DIR DURATIONS.txt", files=(0, 1))
+  rows = [r for f in sorted(pathlib.Path(folder).glob("compiles_*.json")) for r in json.loads(f.read_text())]
+  print("\n".join(summary(rows, durations_of(pathlib.Path(durations).read_text()))))

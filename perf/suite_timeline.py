@@ -11,7 +11,6 @@ reordering could remove); ending together, the wall time is the tests' sum over 
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 _T0 = time.time()
@@ -39,7 +38,9 @@ def summary(lines) -> dict:
 
 
 if __name__ == "__main__":
-  with open(sys.argv[1], encoding="utf-8") as f:
+  from lasp_jax import errors  # noqa: PLC0415  (the plugin, loaded by every pytest worker, needs no lasp_jax)
+  (path,) = errors.script_args(1, "python -m perf.suite_timeline TIMELINE.txt", files=(0,))
+  with open(path, encoding="utf-8") as f:
     s = summary(f)
   for worker, (end, longest, which) in sorted(s.items()):
     print(f"{worker}: last test ended at {end:.1f} s; longest gap {longest:.1f} s ({which})")

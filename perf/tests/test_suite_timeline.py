@@ -25,3 +25,14 @@ def test_each_worker_logs_its_tests_ends_and_the_summary_names_its_longest_gap(t
   # by hand: gw0 ends tests at 2 and 7 s (gaps 2, 5), gw1 at 3 s
   s = suite_timeline.summary(["2.00 gw0 t::a", "3.00 gw1 t::b", "7.00 gw0 t::c"])
   assert s == {"gw0": (7.0, 5.0, "t::c"), "gw1": (3.0, 3.0, "t::b")}
+
+
+def test_the_summaries_refuse_missing_arguments_or_files_in_one_line(tmp_path):
+  """suite_timeline and suite_compiles take positional files: none, or one that is not there, is a usage line."""
+  nope = tmp_path / "nope.txt"
+  cases = [(["perf.suite_timeline"], "usage: python -m perf.suite_timeline TIMELINE.txt"),
+           (["perf.suite_timeline", str(nope)], f"error: no such file {nope}"),
+           (["perf.suite_compiles", str(tmp_path)], "usage: python -m perf.suite_compiles DIR DURATIONS.txt")]
+  for args, line in cases:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr

@@ -540,6 +540,9 @@ def test_a_domain_memory_larger_than_a_domain_is_refused_before_training(tmp_pat
 def test_resume_never_sets_the_old_checkpoints_aside_and_unchecked_ones_are_refused(tmp_path, capsys):
   config = two_tasks(**{"eval.every_task": False, "eval.raw_pixels": False})
   Run(config, tmp_path).run()
+  (tmp_path / "config.json").write_text('{"seed": 0, "train": {')  # cut short
+  with pytest.raises(ConfigError, match="its config.json is unreadable"):
+    Run(config, tmp_path).maybe_restore()
   (tmp_path / "config.json").unlink()
   with pytest.raises(ConfigError, match="has checkpoints but no config.json"):
     Run(config, tmp_path).maybe_restore()

@@ -29,7 +29,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from lasp_jax import config_lib
-from lasp_jax.errors import ConfigError, TrainingError
+from lasp_jax.errors import ConfigError, TrainingError, one_line
 from lasp_jax.platform import files
 
 
@@ -182,7 +182,12 @@ def may_resume(ckpt: Checkpointer, workdir: pathlib.Path, config) -> bool:
   if not cfg_path.exists():
     raise ConfigError(f"workdir {str(workdir)!r} has checkpoints but no config.json to check them against; "
                       f"use another --workdir or --config.resume=force")
-  diff = config_lib.differing_keys(json.loads(cfg_path.read_text()), config_lib.flat(config))
+  try:
+    saved = json.loads(cfg_path.read_text())
+  except ValueError as e:  # a config.json cut short or edited by hand
+    raise ConfigError(f"workdir {str(workdir)!r}: its config.json is unreadable ({one_line(e)}); use another "
+                      f"--workdir or --config.resume=force") from e
+  diff = config_lib.differing_keys(saved, config_lib.flat(config))
   if diff:
     raise ConfigError(f"workdir {str(workdir)!r} holds a run with a different config (differs in: "
                       f"{', '.join(diff)}); use another --workdir or --config.resume=force")

@@ -73,8 +73,24 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _fail(not values[key] > 0, f"{key} must be > 0, got {values[key]}")
   for key, low in _AT_LEAST.items():
     _fail(values[key] < low, f"{key} must be >= {low}, got {values[key]}")
-  _check_ranges(config)
-  _check_combinations(config)
+  filled = _with_later_keys(config)
+  _check_ranges(filled)
+  _check_combinations(filled)
+
+
+def _with_later_keys(config) -> ml_collections.ConfigDict:
+  """A copy of ``config`` with each of LATER_KEYS it lacks at its first value."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  for key, value in LATER_KEYS.items():
+    *parents, leaf = key.split(".")
+    node = c
+    for part in parents:
+      if part not in node:
+        node[part] = ml_collections.ConfigDict()
+      node = node[part]
+    if leaf not in node:
+      node[leaf] = tuple(value) if isinstance(value, list) else value
+  return c
 
 
 def _check_ranges(c) -> None:

@@ -34,7 +34,8 @@ def curve_panels(curves: list) -> list[tuple]:
   fixed = [(title, (key,), ref, checks) for title, key, ref, checks in _PANELS if key in held]
   drawn = {key for _, key, _, _ in _PANELS}
   terms = tuple(k for k in (curves[0] if curves else {}) if k in held and k not in drawn | _NOT_TERMS)
-  return fixed + ([("the method's terms", terms, None, ())] if terms else [])
+  title = "the method's terms" if len(terms) > 1 else (terms[0] if terms else "")
+  return fixed + ([(title, terms, None, ())] if terms else [])
 
 
 def _pyplot():
@@ -84,6 +85,8 @@ def training_curves(results: dict, path) -> None:
   plt = _pyplot()
   curves = results["curves"]
   panels = curve_panels(curves)
+  if not panels:  # no epoch recorded
+    return
   fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.3), squeeze=False)
   x = np.arange(1, len(curves) + 1)
   position = {(c["task"], c["epoch"]): i + 1 for i, c in enumerate(curves)}

@@ -192,6 +192,8 @@ def test_curves_png_draws_the_panels_of_the_metrics_a_run_records(tmp_path):
             "z_norm": 3.0, "z_var": 0.6, "grad_norm": 1.0, "lr": 0.03} for t in range(2)]
   panels = report.curve_panels(derpp)
   assert [p[1] for p in panels] == [("loss",), ("lr",), ("z_var",), ("ce", "logit_mse", "replay_ce")]
+  er = [{k: v for k, v in c.items() if k not in ("logit_mse", "replay_ce")} for c in derpp]
+  assert report.curve_panels(er)[-1][:2] == ("ce", ("ce",))  # one term: its name is the title
   results = {"curves": derpp, "health": {"flags": [{"task": 1, "epoch": 0, "check": "loss_not_falling"}]},
              "dataset": "rmnist", "method": "derpp", "seed": 0, "provenance": {}}
   report.training_curves(results, tmp_path / "curves.png")

@@ -63,7 +63,8 @@ def _check_choice(key: str, value) -> None:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first invalid setting."""
-  values = {**LATER_KEYS, **flat(config)}  # an older config's missing keys mean their first values
+  filled = _with_later_keys(config)  # an older config's missing keys mean their first values
+  values = flat(filled)
   missing = [k for k in (*_CHOICES, *_POSITIVE, *_AT_LEAST) if k not in values]
   more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
   _fail(missing, f"the config lacks {', '.join(missing[:3])}{more}: build it on default_config.base_config()")
@@ -73,7 +74,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _fail(not values[key] > 0, f"{key} must be > 0, got {values[key]}")
   for key, low in _AT_LEAST.items():
     _fail(values[key] < low, f"{key} must be >= {low}, got {values[key]}")
-  filled = _with_later_keys(config)
   _check_ranges(filled)
   _check_combinations(filled)
 

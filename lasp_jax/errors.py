@@ -33,13 +33,15 @@ class NonFiniteLoss(TrainingError):
     self.what, self.checkpoint = what, checkpoint
 
 
-def script_args(count: int, usage: str, files: tuple = ()) -> list:
+def script_args(count: int, usage: str, files: tuple = (), optional: int = 0) -> list:
   """A positional-argument script's arguments (``sys.argv[1:]``), or ``usage`` as one line and exit 2 when there
-  are not ``count`` of them or an argument at a position in ``files`` names no file."""
+  are not ``count`` of them (up to ``optional`` more allowed) or an argument at a position in ``files`` names no
+  file."""
   args = sys.argv[1:]
+  counted = count <= len(args) <= count + optional
   missing = [args[i] for i in files if i < len(args) and not os.path.exists(args[i])]
-  if len(args) != count or missing:
-    print(f"error: no such file {missing[0]}" if len(args) == count else f"usage: {usage}", file=sys.stderr)
+  if not counted or missing:
+    print(f"error: no such file {missing[0]}" if counted else f"usage: {usage}", file=sys.stderr)
     sys.exit(2)
   return args
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 
 import jax
@@ -152,6 +151,6 @@ def race(torch_python: str, mnist_batch: int = 256, resnet_batch: int = 32, quic
 
 
 if __name__ == "__main__":
-  if len(sys.argv) not in (2, 3):  # the race runs from perf.benchmark; this entry is for one machine by hand
-    errors.script_args(1, "python -m perf.cpu_race TORCH_PYTHON [quick]")
-  print(json.dumps(race(sys.argv[1], quick=len(sys.argv) > 2)[1]))
+  # the race runs from perf.benchmark; this entry is for one machine by hand
+  torch_python, *quick = errors.script_args(1, "python -m perf.cpu_race TORCH_PYTHON [quick]", optional=1)
+  print(json.dumps(race(torch_python, quick=bool(quick))[1]))

@@ -127,18 +127,18 @@ class Classifier(Method):
 
   def step_gradients(self, s: StepInputs, k_view, k_replay, model, aug_cfg, cfg: Settings):
     """The stream batch's views and labels, the memory's draws, and the objective's value, aux and gradients on
-    them: where every method of the family starts its step. (x, labels, replays, loss, aux, grads)."""
+    them: where every method of the family starts its step. (x, labels, loss, aux, grads)."""
     x = self.views(k_view, s.data, s.batch.index, s.batch.domain, aug_cfg, cfg)
     labels = s.data.labels[s.batch.index]
     replays = self.memory_draws(s, k_replay, aug_cfg, cfg)
     (loss, aux), grads = jax.value_and_grad(self.objective, has_aux=True)(
         s.state.params, s, x, labels, replays, model, cfg)
-    return x, labels, replays, loss, aux, grads
+    return x, labels, loss, aux, grads
 
   def observe(self, s: StepInputs, *, model, aug_cfg, cfg: Settings) -> Observation:
     k_view, k_replay, k_insert = jax.random.split(s.key, 3)
-    _, labels, _, loss, (terms, logits, feats, stats), grads = self.step_gradients(s, k_view, k_replay, model,
-                                                                                  aug_cfg, cfg)
+    _, labels, loss, (terms, logits, feats, stats), grads = self.step_gradients(s, k_view, k_replay, model, aug_cfg,
+                                                                               cfg)
     z_norm, z_var = embedding_stats(jax.lax.stop_gradient(feats).astype(jnp.float32), s.batch.valid)
     memory = s.state.memory
     if self.draws and self.writes == "step":  # mammoth adds the batch after the step, with this step's logits

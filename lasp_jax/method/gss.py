@@ -62,8 +62,8 @@ class GSS(ER):
     k_view, k_replay, k_gss, k_offer = jax.random.split(s.key, 4)
     mem = s.state.memory
     held = s._replace(state=s.state.replace(memory=mem["buffer"]))  # the draws read the reservoir buffer
-    x, labels, _, loss, (terms, _, feats, stats), grads = self.step_gradients(held, k_view, k_replay, model,
-                                                                               aug_cfg, cfg)
+    x, labels, loss, (terms, _, feats, stats), grads = self.step_gradients(held, k_view, k_replay, model, aug_cfg,
+                                                                            cfg)
     moved = jax.tree.map(lambda p, g: p - s.lr * g, s.state.params, grads)
     batch_c, single_c = self.scores(moved, held, x, labels, model, aug_cfg, cfg, k_gss)
     rows = {"index": s.batch.index, "domain": s.batch.domain, "label": labels,

@@ -60,8 +60,7 @@ class HAL(ER):
     k_view, k_replay = jax.random.split(s.key)
     mem = s.state.memory
     held = s._replace(state=s.state.replace(memory=mem["buffer"]))
-    x, labels, _, loss, (terms, _, feats, stats), g1 = self.step_gradients(held, k_view, k_replay, model, aug_cfg,
-                                                                           cfg)
+    x, labels, loss, (terms, _, feats, stats), g1 = self.step_gradients(held, k_view, k_replay, model, aug_cfg, cfg)
     variables = lambda p: {"params": p, "batch_stats": stats}
     moved = jax.tree.map(lambda p, g: p - s.lr * g, s.state.params, g1)
     valid = jnp.arange(mem["anchors"].shape[0]) < mem["num_anchors"]
